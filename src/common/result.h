@@ -1,0 +1,87 @@
+// Result<T>: the return type of every fallible function. An Error carries a kind (what the caller can
+// do about it), the errno where a syscall failed, and a message with the arguments of the failing call.
+#pragma once
+
+#include <cerrno>
+#include <string>
+#include <utility>
+
+#include <fmt/format.h>
+#include <tl/expected.hpp>
+
+namespace space {
+
+enum class ErrorKind {
+  kInvalidArgument,   // the caller sent something malformed or out of range (HTTP 400)
+  kNotFound,          // 404
+  kConflict,          // wrong state for the operation (409)
+  kUnauthenticated,   // 401
+  kResourceExhausted, // quota, pool, disk (429 / 507)
+  kUnsupported,       // the runtime cannot do this (501)
+  kUnavailable,       // transient: agent gone, daemon busy (503)
+  kInternal,          // a broken invariant or an unexpected syscall failure (500)
+};
+
+const char* errorKindName(ErrorKind kind);
+
+struct Error {
+  ErrorKind kind = ErrorKind::kInternal;
+  int sys_errno = 0;  // 0 when the error did not come from a syscall
+  std::string message;
+
+  // Prepends context: "start sandbox sb-1: mount overlay at /x: Permission denied".
+  Error& context(std::string_view what) {
+    message = fmt::format("{}: {}", what, message);
+    return *this;
+  }
+};
+
+template <class T>
+using Result = tl::expected<T, Error>;
+using Status = Result<void>;
+
+inline tl::unexpected<Error> makeError(ErrorKind kind, std::string message) {
+  return tl::unexpected<Error>(Error{kind, 0, std::move(message)});
+}
+
+template <class... Args>
+tl::unexpected<Error> makeError(ErrorKind kind, fmt::format_string<Args...> f, Args&&... args) {
+  return makeError(kind, fmt::format(f, std::forward<Args>(args)...));
+}
+
+// An error from a syscall: the message names the call and its arguments, then strerror(errno).
+std::string describeErrno(int err);
+template <class... Args>
+tl::unexpected<Error> sysError(int err, fmt::format_string<Args...> f, Args&&... args) {
+  ErrorKind kind = ErrorKind::kInternal;
+  if (err == ENOENT) kind = ErrorKind::kNotFound;
+  if (err == ENOSPC || err == EDQUOT || err == EMFILE || err == ENFILE) kind = ErrorKind::kResourceExhausted;
+  if (err == EINVAL || err == ENAMETOOLONG || err == ELOOP || err == EXDEV || err == ENOTDIR ||
+      err == EISDIR || err == EEXIST || err == ENOTEMPTY)
+    kind = ErrorKind::kInvalidArgument;
+  return tl::unexpected<Error>(
+      Error{kind, err, fmt::format("{}: {}", fmt::format(f, std::forward<Args>(args)...), describeErrno(err))});
+}
+
+inline Status ok() { return {}; }
+
+}  // namespace space
+
+// TRY(expr): evaluate a Result; on error return it from the enclosing function.
+#define SPACE_CONCAT_INNER(a, b) a##b
+#define SPACE_CONCAT(a, b) SPACE_CONCAT_INNER(a, b)
+#define TRY(expr)                                                                      \
+  do {                                                                                 \
+    auto SPACE_CONCAT(try_result_, __LINE__) = (expr);                                 \
+    if (!SPACE_CONCAT(try_result_, __LINE__)) {                                        \
+      return tl::unexpected(std::move(SPACE_CONCAT(try_result_, __LINE__)).error());   \
+    }                                                                                  \
+  } while (0)
+
+// ASSIGN_OR_RETURN(auto x, expr): like TRY, and binds the value.
+#define ASSIGN_OR_RETURN(lhs, expr)                                                    \
+  auto SPACE_CONCAT(assign_result_, __LINE__) = (expr);                                \
+  if (!SPACE_CONCAT(assign_result_, __LINE__)) {                                       \
+    return tl::unexpected(std::move(SPACE_CONCAT(assign_result_, __LINE__)).error());  \
+  }                                                                                    \
+  lhs = std::move(*SPACE_CONCAT(assign_result_, __LINE__))

@@ -1,0 +1,82 @@
+// SandboxManager: executes the commands that API handlers parse. Owns sandbox lifecycle, the pool of
+// pre-started sandboxes, the TTL reaper and start-up reconciliation. Thread-safe.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "agent/client/agent_client.h"
+#include "common/result.h"
+#include "runtime/runtime.h"
+#include "store/store.h"
+
+namespace space::core {
+
+struct CreateSandbox {
+  std::string template_name;                    // empty = the daemon's default template
+  std::string isolation = "auto";               // "jail" | "vm" | "auto"
+  std::optional<uint32_t> cpu_millis;           // unset = daemon default
+  std::optional<uint64_t> memory_bytes;
+  std::optional<uint32_t> pids;
+  std::optional<uint64_t> disk_bytes;
+  std::map<std::string, std::string> env;
+  std::map<std::string, std::string> labels;
+  int64_t ttl_s = 0;                            // 0 = daemon default (which may be none)
+};
+
+struct SandboxView {
+  store::SandboxRecord record;
+  runtime::Capabilities capabilities;
+  std::optional<runtime::Usage> usage;          // filled by get(), not by list()
+  nlohmann::json toJson() const;
+};
+
+struct ListSandboxes {
+  std::map<std::string, std::string> labels;
+  std::optional<std::string> state;
+};
+
+struct BuildTemplate {
+  std::string name;
+  std::string kind;                             // "debootstrap" | "dir" | "tar"
+  std::string suite = "bookworm";               // debootstrap
+  std::string variant = "minbase";
+  std::vector<std::string> packages;            // debootstrap
+  std::string mirror;                           // debootstrap; empty = Debian's default
+  std::string path;                             // dir / tar: a path on the daemon's host
+};
+
+using ProgressFn = std::function<void(const std::string& line)>;
+
+class SandboxManager {
+ public:
+  virtual ~SandboxManager() = default;
+
+  virtual Result<SandboxView> create(const CreateSandbox& cmd) = 0;
+  virtual Result<SandboxView> get(const std::string& id) = 0;
+  virtual Result<std::vector<SandboxView>> list(const ListSandboxes& cmd) = 0;
+  virtual Status destroy(const std::string& id) = 0;
+  virtual Status pause(const std::string& id) = 0;
+  virtual Status resume(const std::string& id) = 0;
+
+  // The live agent connection of a running sandbox: exec, background processes, PTY and files go
+  // straight through it (kConflict when the sandbox is not running, kNotFound when unknown).
+  virtual Result<std::shared_ptr<agent::AgentClient>> agent(const std::string& id) = 0;
+
+  virtual Result<store::TemplateRecord> buildTemplate(const BuildTemplate& cmd, const ProgressFn& progress) = 0;
+  virtual Result<std::vector<store::TemplateRecord>> listTemplates() = 0;
+  virtual Status removeTemplate(const std::string& name) = 0;
+
+  virtual store::Store& store() = 0;
+  // Prometheus text lines for the manager's own gauges and counters.
+  virtual std::string metricsText() = 0;
+};
+
+}  // namespace space::core

@@ -1,0 +1,95 @@
+// The runtime seam: turns a sandbox spec into a running, isolated space-agent and a connected stream to
+// it. Everything tier-specific (jail, vm) stays behind this interface; exec, files and PTYs are written
+// once above it, against agent::AgentClient.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "agent/client/agent_client.h"
+#include "common/result.h"
+
+namespace space::runtime {
+
+struct Limits {
+  uint32_t cpu_millis = 1000;          // 1000 = one full CPU
+  uint64_t memory_bytes = 512ull << 20;
+  uint32_t pids = 256;
+  uint64_t disk_bytes = 1ull << 30;    // writable layer quota
+  uint64_t disk_inodes = 100000;
+  uint32_t nofile = 4096;              // RLIMIT_NOFILE inside
+};
+
+struct SandboxSpec {
+  std::string id;                      // "sb-…"; names kernel objects (cgroup, dirs)
+  std::string template_rootfs;         // absolute host path of the template's read-only tree
+  std::string dir;                     // per-sandbox directory owned by spaced: state-dir/sandboxes/<id>
+  std::string hostname;
+  uint32_t uid_base = 0;               // first host uid of the sandbox's private range
+  uint32_t uid_count = 65536;
+  Limits limits;
+  std::map<std::string, std::string> env;  // base environment of every process in the sandbox
+};
+
+struct Capabilities {
+  bool pause = false;
+  bool snapshot_filesystem = false;
+  bool snapshot_memory = false;        // processes survive snapshot/restore
+  nlohmann::json toJson() const {
+    return {{"pause", pause}, {"snapshot_filesystem", snapshot_filesystem}, {"snapshot_memory", snapshot_memory}};
+  }
+};
+
+// What a runtime needs to find a live sandbox again after a daemon restart; stored in the database as
+// JSON before start() returns.
+struct PersistedInstance {
+  std::string id;
+  std::string runtime;                 // "jail" | "vm"
+  nlohmann::json state;                // runtime-private: pids, paths, cgroup names
+};
+
+struct Instance {
+  std::string id;
+  int pid = 0;                                   // host pid of the sandbox's init (the agent, or the VMM)
+  std::shared_ptr<agent::AgentClient> agent;     // connected and handshaken
+  PersistedInstance persisted;
+};
+
+struct SnapshotRef {
+  std::string id;
+  std::string path;
+};
+enum class SnapshotKind { kFilesystem, kFull };
+
+// Resource usage read from the kernel (cgroup), for inspect and metrics.
+struct Usage {
+  uint64_t memory_bytes = 0;
+  uint64_t cpu_usage_ns = 0;
+  uint32_t pids = 0;
+  uint64_t disk_bytes = 0;
+};
+
+class Runtime {
+ public:
+  virtual ~Runtime() = default;
+  virtual std::string name() const = 0;
+  virtual Capabilities capabilities() const = 0;
+
+  virtual Result<Instance> start(const SandboxSpec& spec) = 0;
+  virtual Status pause(Instance& inst) = 0;
+  virtual Status resume(Instance& inst) = 0;
+  virtual Result<SnapshotRef> snapshot(Instance& inst, SnapshotKind kind) = 0;
+  virtual Result<Instance> restore(const SnapshotRef& ref, const SandboxSpec& spec) = 0;
+  // Kills everything of the sandbox and removes every kernel object and file it made. Idempotent: works
+  // on a half-made or already-dead sandbox, from the persisted state alone.
+  virtual Status destroy(const PersistedInstance& inst) = 0;
+  // After a daemon restart: reconnects to a live sandbox, or fails (kNotFound) when it is gone.
+  virtual Result<Instance> reattach(const PersistedInstance& inst) = 0;
+  virtual Result<Usage> usage(const PersistedInstance& inst) = 0;
+};
+
+}  // namespace space::runtime

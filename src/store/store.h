@@ -1,0 +1,86 @@
+// Store: SQLite (WAL) metadata of one node. Every mutation is committed (and, with synchronous=FULL,
+// on disk) before the call returns, so an acknowledged API call survives kill -9.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "common/result.h"
+
+namespace space::store {
+
+struct TemplateRecord {
+  std::string id;          // content hash of the tree ("sha256:…")
+  std::string name;        // unique, user-facing
+  std::string rootfs;      // absolute path of the read-only tree
+  nlohmann::json source;   // {"kind":"debootstrap","suite":"bookworm","packages":[…]} etc.
+  uint64_t size_bytes = 0;
+  int64_t created_ms = 0;
+};
+
+struct SandboxRecord {
+  std::string id;
+  std::string template_name;
+  std::string template_id;
+  std::string state;          // "starting" | "running" | "paused" | "stopped" | "failed" | "deleting"
+  std::string runtime;        // "jail" | "vm"
+  nlohmann::json spec;        // limits, env, timeout: what create asked for
+  std::map<std::string, std::string> labels;
+  int uid_slot = -1;          // index of the private uid range; unique among live sandboxes
+  int64_t created_ms = 0;
+  int64_t expires_ms = 0;     // 0 = no TTL
+  nlohmann::json persisted;   // runtime::PersistedInstance::state
+  std::string error;          // why it failed
+  bool pooled = false;        // true while it waits in the pool, not yet handed out
+};
+
+struct ApiKeyRecord {
+  std::string id;             // "key-…", shown in lists
+  std::string name;
+  std::string prefix;         // first characters of the secret, to recognise it
+  int64_t created_ms = 0;
+  int64_t revoked_ms = 0;     // 0 = active
+};
+
+struct SandboxFilter {
+  std::map<std::string, std::string> labels;  // all must match
+  std::optional<std::string> state;
+  bool include_pooled = false;
+};
+
+class Store {
+ public:
+  // Opens (creating if needed) state_dir/space.db and migrates the schema.
+  static Result<std::unique_ptr<Store>> open(const std::string& state_dir);
+  virtual ~Store() = default;
+
+  // Templates
+  virtual Status putTemplate(const TemplateRecord& t) = 0;  // replaces by name
+  virtual Result<TemplateRecord> getTemplate(const std::string& name) = 0;  // kNotFound
+  virtual Result<std::vector<TemplateRecord>> listTemplates() = 0;
+  virtual Status deleteTemplate(const std::string& name) = 0;
+  virtual Result<int> countSandboxesUsingTemplate(const std::string& template_id) = 0;
+
+  // Sandboxes
+  virtual Status insertSandbox(const SandboxRecord& s) = 0;  // kConflict on duplicate id / uid slot
+  virtual Status updateSandbox(const SandboxRecord& s) = 0;
+  virtual Result<SandboxRecord> getSandbox(const std::string& id) = 0;
+  virtual Result<std::vector<SandboxRecord>> listSandboxes(const SandboxFilter& filter) = 0;
+  virtual Status deleteSandbox(const std::string& id) = 0;
+  // The lowest uid slot not held by any sandbox row.
+  virtual Result<int> freeUidSlot() = 0;
+
+  // API keys: the secret is shown once at creation and stored only as a hash.
+  virtual Result<std::pair<ApiKeyRecord, std::string>> createApiKey(const std::string& name) = 0;
+  virtual Result<std::vector<ApiKeyRecord>> listApiKeys() = 0;
+  virtual Status revokeApiKey(const std::string& id_or_name) = 0;
+  virtual Result<ApiKeyRecord> verifyApiKey(const std::string& secret) = 0;  // kUnauthenticated
+};
+
+}  // namespace space::store
