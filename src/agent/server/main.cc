@@ -1,0 +1,57 @@
+// space-agent: PID 1 of every sandbox.
+//   space-agent --jail-init …         started by the jail runtime: contain, then serve
+//   space-agent --listen PATH [--root DIR]   serve on a unix socket without containment (tests, VM init)
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstring>
+#include <string>
+
+#include "agent/server/serve.h"
+#include "runtime/jail/inside/jail_init.h"
+
+namespace {
+
+int listenUnix(const std::string& path) {
+  int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return -1;
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  if (path.size() >= sizeof addr.sun_path) return -1;
+  std::memcpy(addr.sun_path, path.c_str(), path.size() + 1);
+  unlink(path.c_str());
+  if (bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) < 0 || listen(fd, 8) < 0) {
+    close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc >= 2 && std::strcmp(argv[1], "--jail-init") == 0) {
+    auto options = space::jail::jailInit(argc, argv);
+    if (!options) {
+      std::fprintf(stderr, "space-agent: jail init: %s\n", options.error().message.c_str());
+      return 1;
+    }
+    return space::agent::serve(*options);
+  }
+  if (argc >= 3 && std::strcmp(argv[1], "--listen") == 0) {
+    space::agent::ServeOptions options;
+    options.listen_fd = listenUnix(argv[2]);
+    if (options.listen_fd < 0) {
+      std::fprintf(stderr, "space-agent: listen on %s: %s\n", argv[2], std::strerror(errno));
+      return 1;
+    }
+    if (argc >= 5 && std::strcmp(argv[3], "--root") == 0) options.root = argv[4];
+    if (const char* path = getenv("PATH")) options.base_env["PATH"] = path;
+    options.is_pid1 = getpid() == 1;
+    return space::agent::serve(options);
+  }
+  std::fprintf(stderr, "usage: space-agent --jail-init …  |  space-agent --listen PATH [--root DIR]\n");
+  return 2;
+}

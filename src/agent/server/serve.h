@@ -1,0 +1,21 @@
+// The agent's serving loop: accepts the host's connection on a listening unix socket and executes
+// protocol requests until terminated. Single-threaded (epoll); PID 1 duties (reaping every child,
+// including orphans) included.
+#pragma once
+
+#include <map>
+#include <string>
+
+namespace space::agent {
+
+struct ServeOptions {
+  int listen_fd = -1;                        // listening SOCK_STREAM socket; one host connection at a time
+  std::string root = "/";                    // file operations resolve beneath it (RESOLVE_IN_ROOT)
+  std::map<std::string, std::string> base_env;  // environment of every process the agent starts
+  bool is_pid1 = false;                      // reap orphans; exit ends the sandbox
+};
+
+// Returns the process exit code.
+int serve(const ServeOptions& options);
+
+}  // namespace space::agent

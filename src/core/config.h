@@ -1,0 +1,34 @@
+// DaemonConfig: every spaced flag; a JSON config file (--config) may set any of them, flags win.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "common/result.h"
+#include "runtime/runtime.h"
+
+namespace space::core {
+
+struct DaemonConfig {
+  std::string socket_path = "/run/space/spaced.sock";
+  std::string listen;                      // "HOST:PORT"; empty = no TCP listener
+  std::string state_dir = "/var/lib/space";
+  std::string agent_binary;                // default: space-agent next to spaced
+  std::string seccomp_policy;              // default: policies/seccomp/default.json next to the install
+  std::string default_template = "python";
+  int pool_size = 4;                       // pre-started sandboxes per template
+  std::string pool_templates;              // comma-separated; empty = default template only
+  runtime::Limits default_limits;
+  int64_t default_ttl_s = 0;               // 0 = no TTL unless asked
+  int64_t max_ttl_s = 7 * 24 * 3600;
+  uint64_t disk_volume_bytes = 64ull << 30;  // sparse size of the XFS volume holding writable layers
+  int max_sandboxes = 1000;
+  std::string log_level = "info";
+
+  static Result<DaemonConfig> fromJson(const nlohmann::json& j, DaemonConfig base);
+  nlohmann::json toJson() const;
+};
+
+}  // namespace space::core
