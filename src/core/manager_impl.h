@@ -1,0 +1,98 @@
+// The node's SandboxManager. Split by concept: manager.cc (lifecycle), pool.cc (pre-started sandboxes),
+// reconcile.cc (start-up and the reaper), view.cc (JSON views and metrics).
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <deque>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <thread>
+
+#include "core/config.h"
+#include "core/manager.h"
+#include "runtime/runtime.h"
+#include "store/store.h"
+#include "store/templates.h"
+
+namespace space::core {
+
+// First host uid of sandbox uid ranges; slot n owns [kUidBase + n*kUidRange, +kUidRange). Far above any
+// regular host account, below the 32-bit limit for ~60000 slots.
+inline constexpr uint32_t kUidBase = 0x10000000;
+inline constexpr uint32_t kUidRange = 65536;
+
+struct Counters {
+  std::atomic<uint64_t> creates_pool{0};
+  std::atomic<uint64_t> creates_fresh{0};
+  std::atomic<uint64_t> create_failures{0};
+  std::atomic<uint64_t> destroys{0};
+  std::atomic<uint64_t> reaped_ttl{0};
+  std::atomic<uint64_t> failed_sandboxes{0};
+};
+
+class Manager final : public SandboxManager {
+ public:
+  Manager(DaemonConfig config, std::unique_ptr<store::Store> store, std::unique_ptr<runtime::Runtime> jail,
+          std::unique_ptr<store::TemplateBuilder> templates);
+  ~Manager() override;
+
+  Status startBackground();  // reconcile, then start the pool filler and the reaper
+
+  Result<SandboxView> create(const CreateSandbox& cmd) override;
+  Result<SandboxView> get(const std::string& id) override;
+  Result<std::vector<SandboxView>> list(const ListSandboxes& cmd) override;
+  Status destroy(const std::string& id) override;
+  Status pause(const std::string& id) override;
+  Status resume(const std::string& id) override;
+  Result<std::shared_ptr<agent::AgentClient>> agent(const std::string& id) override;
+  Result<store::TemplateRecord> buildTemplate(const BuildTemplate& cmd, const ProgressFn& progress) override;
+  Result<std::vector<store::TemplateRecord>> listTemplates() override;
+  Status removeTemplate(const std::string& name) override;
+  store::Store& store() override { return *store_; }
+  std::string metricsText() override;
+
+ private:
+  struct Started {
+    store::SandboxRecord record;
+    runtime::Instance instance;
+  };
+
+  // Lifecycle (manager.cc)
+  Result<runtime::Limits> resolveLimits(const CreateSandbox& cmd) const;
+  Result<Started> startSandbox(const store::TemplateRecord& tpl, const runtime::Limits& limits,
+                               const std::map<std::string, std::string>& env, bool pooled);
+  Status destroyRecord(store::SandboxRecord record);
+  runtime::Runtime& runtimeFor(const std::string& name);
+  SandboxView viewOf(const store::SandboxRecord& record, bool with_usage);
+
+  // Pool (pool.cc)
+  bool poolServes(const CreateSandbox& cmd, const std::string& template_name) const;
+  std::optional<Started> takePooled(const std::string& template_name);
+  void fillPoolLoop();
+  std::vector<std::string> pooledTemplateNames() const;
+
+  // Reconciliation and reaping (reconcile.cc)
+  Status reconcile();
+  void reapLoop();
+  void reapOnce();
+
+  DaemonConfig config_;
+  std::unique_ptr<store::Store> store_;
+  std::unique_ptr<runtime::Runtime> jail_;
+  std::unique_ptr<store::TemplateBuilder> templates_;
+
+  std::mutex mu_;                                  // guards live_, pool_, starting_slots_
+  std::map<std::string, runtime::Instance> live_;  // every running sandbox (pooled or handed out)
+  std::map<std::string, std::deque<Started>> pool_;
+  std::mutex slot_mu_;                             // serialises uid slot choice with the row insert
+  std::condition_variable pool_cv_;
+  std::atomic<bool> stopping_{false};
+  std::thread pool_thread_;
+  std::thread reaper_thread_;
+  Counters counters_;
+};
+
+}  // namespace space::core

@@ -1,0 +1,80 @@
+// The pool: sandboxes started ahead of demand so that create is one database update and one hand-over.
+// A pooled sandbox is handed out once and never returns to the pool.
+#include <sstream>
+
+#include <spdlog/spdlog.h>
+
+#include "core/manager_impl.h"
+
+namespace space::core {
+
+std::vector<std::string> Manager::pooledTemplateNames() const {
+  std::vector<std::string> names;
+  if (config_.pool_size <= 0) return names;
+  if (config_.pool_templates.empty()) {
+    names.push_back(config_.default_template);
+    return names;
+  }
+  std::stringstream ss(config_.pool_templates);
+  std::string name;
+  while (std::getline(ss, name, ','))
+    if (!name.empty()) names.push_back(name);
+  return names;
+}
+
+bool Manager::poolServes(const CreateSandbox& cmd, const std::string& template_name) const {
+  // Pooled sandboxes run with the default limits; a request for other limits starts fresh.
+  if (cmd.cpu_millis || cmd.memory_bytes || cmd.pids || cmd.disk_bytes) return false;
+  for (auto& n : pooledTemplateNames())
+    if (n == template_name) return true;
+  return false;
+}
+
+std::optional<Manager::Started> Manager::takePooled(const std::string& template_name) {
+  std::unique_lock lock(mu_);
+  auto it = pool_.find(template_name);
+  while (it != pool_.end() && !it->second.empty()) {
+    Started s = std::move(it->second.front());
+    it->second.pop_front();
+    pool_cv_.notify_all();
+    if (s.instance.agent && s.instance.agent->alive()) return s;
+    // Died while waiting: clean it outside the lock and try the next one.
+    lock.unlock();
+    (void)destroyRecord(s.record);
+    lock.lock();
+    it = pool_.find(template_name);
+  }
+  pool_cv_.notify_all();
+  return std::nullopt;
+}
+
+void Manager::fillPoolLoop() {
+  while (!stopping_) {
+    bool started_one = false;
+    for (const std::string& name : pooledTemplateNames()) {
+      if (stopping_) return;
+      size_t have;
+      {
+        std::lock_guard lock(mu_);
+        have = pool_[name].size();
+      }
+      if (have >= static_cast<size_t>(config_.pool_size)) continue;
+      auto tpl = store_->getTemplate(name);
+      if (!tpl) continue;  // not built yet; buildTemplate wakes us
+      auto started = startSandbox(*tpl, config_.default_limits, {}, /*pooled=*/true);
+      if (!started) {
+        spdlog::warn("pool: start sandbox for template {}: {}", name, started.error().message);
+        continue;
+      }
+      std::lock_guard lock(mu_);
+      live_[started->record.id] = started->instance;
+      pool_[name].push_back(std::move(*started));
+      started_one = true;
+    }
+    if (started_one) continue;
+    std::unique_lock lock(mu_);
+    pool_cv_.wait_for(lock, std::chrono::seconds(2));
+  }
+}
+
+}  // namespace space::core

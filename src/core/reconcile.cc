@@ -1,0 +1,116 @@
+// Start-up reconciliation (the database against what really exists in the kernel) and the reaper
+// (TTL expiry, sandboxes whose agent died).
+#include <dirent.h>
+
+#include <spdlog/spdlog.h>
+
+#include "common/ids.h"
+#include "core/manager_impl.h"
+
+namespace space::core {
+
+Status Manager::reconcile() {
+  store::SandboxFilter all;
+  all.include_pooled = true;
+  ASSIGN_OR_RETURN(auto records, store_->listSandboxes(all));
+  std::set<std::string> known;
+  for (auto& rec : records) {
+    known.insert(rec.id);
+    runtime::PersistedInstance persisted{rec.id, rec.runtime, rec.persisted};
+    if (rec.state == "running" || rec.state == "paused") {
+      auto inst = runtimeFor(rec.runtime).reattach(persisted);
+      if (inst) {
+        spdlog::info("reconcile: reattached sandbox {}", rec.id);
+        std::lock_guard lock(mu_);
+        live_[rec.id] = *inst;
+        if (rec.pooled) pool_[rec.template_name].push_back(Started{rec, *inst});
+        continue;
+      }
+      spdlog::warn("reconcile: sandbox {} is gone: {}", rec.id, inst.error().message);
+      if (auto st = runtimeFor(rec.runtime).destroy(persisted); !st)
+        spdlog::error("reconcile: clean sandbox {}: {}", rec.id, st.error().message);
+      if (rec.pooled) {
+        (void)store_->deleteSandbox(rec.id);
+        continue;
+      }
+      rec.state = "failed";
+      rec.error = "the sandbox died while spaced was not running: " + inst.error().message;
+      (void)store_->updateSandbox(rec);
+      counters_.failed_sandboxes++;
+    } else if (rec.state == "starting" || rec.state == "deleting") {
+      // Interrupted half-way: finish the job.
+      spdlog::info("reconcile: finishing interrupted {} of sandbox {}", rec.state, rec.id);
+      if (auto st = runtimeFor(rec.runtime).destroy(persisted); !st)
+        spdlog::error("reconcile: clean sandbox {}: {}", rec.id, st.error().message);
+      (void)store_->deleteSandbox(rec.id);
+    }
+  }
+  // Directories no row knows about (a crash between mkdir and insert cannot happen, but a lost database
+  // or a manual edit can): clean them with everything they own.
+  std::string dir = config_.state_dir + "/sandboxes";
+  if (DIR* d = opendir(dir.c_str())) {
+    while (dirent* e = readdir(d)) {
+      std::string name = e->d_name;
+      if (!isValidSandboxId(name) || known.count(name)) continue;
+      spdlog::warn("reconcile: removing orphaned sandbox directory {}", name);
+      (void)jail_->destroy(runtime::PersistedInstance{name, "jail", {{"dir", dir + "/" + name}}});
+    }
+    closedir(d);
+  }
+  return ok();
+}
+
+void Manager::reapOnce() {
+  auto records = store_->listSandboxes({});
+  if (!records) return;
+  int64_t now = nowUnixMs();
+  for (auto& rec : *records) {
+    if (stopping_) return;
+    if (rec.expires_ms && rec.expires_ms <= now && rec.state != "deleting") {
+      spdlog::info("reaper: sandbox {} reached its TTL", rec.id);
+      if (auto st = destroyRecord(rec); st) counters_.reaped_ttl++;
+      continue;
+    }
+    if (rec.state != "running") continue;
+    std::shared_ptr<agent::AgentClient> client;
+    {
+      std::lock_guard lock(mu_);
+      auto it = live_.find(rec.id);
+      if (it != live_.end()) client = it->second.agent;
+    }
+    if (client && client->alive()) continue;
+    runtime::PersistedInstance persisted{rec.id, rec.runtime, rec.persisted};
+    auto inst = runtimeFor(rec.runtime).reattach(persisted);
+    if (inst) {
+      std::lock_guard lock(mu_);
+      live_[rec.id] = *inst;
+      continue;
+    }
+    spdlog::warn("reaper: sandbox {} died: {}", rec.id, inst.error().message);
+    {
+      std::lock_guard lock(mu_);
+      live_.erase(rec.id);
+    }
+    (void)runtimeFor(rec.runtime).destroy(persisted);
+    rec.state = "failed";
+    rec.error = "the sandbox's agent exited: " + inst.error().message;
+    (void)store_->updateSandbox(rec);
+    counters_.failed_sandboxes++;
+  }
+}
+
+void Manager::reapLoop() {
+  while (!stopping_) {
+    reapOnce();
+    for (int i = 0; i < 10 && !stopping_; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+}
+
+Status Manager::startBackground() {
+  TRY(reconcile());
+  pool_thread_ = std::thread([this] { fillPoolLoop(); });
+  reaper_thread_ = std::thread([this] { reapLoop(); });
+  return ok();
+}
+
+}  // namespace space::core

@@ -1,0 +1,78 @@
+// JSON views of sandboxes and the manager's Prometheus metrics.
+#include <fmt/format.h>
+
+#include "common/ids.h"
+#include "core/manager_impl.h"
+
+namespace space::core {
+
+nlohmann::json SandboxView::toJson() const {
+  const auto& r = record;
+  nlohmann::json j = {
+      {"id", r.id},
+      {"template", r.template_name},
+      {"template_id", r.template_id},
+      {"state", r.state},
+      {"isolation", r.runtime},
+      {"labels", r.labels},
+      {"created_at", isoTimeMs(r.created_ms)},
+      {"expires_at", r.expires_ms ? nlohmann::json(isoTimeMs(r.expires_ms)) : nlohmann::json(nullptr)},
+      {"capabilities", capabilities.toJson()},
+  };
+  if (r.spec.contains("limits")) {
+    const auto& l = r.spec["limits"];
+    j["limits"] = {{"cpus", l.value("cpu_millis", 0) / 1000.0},
+                   {"memory_mib", l.value("memory_bytes", uint64_t{0}) >> 20},
+                   {"pids", l.value("pids", 0)},
+                   {"disk_mib", l.value("disk_bytes", uint64_t{0}) >> 20}};
+  }
+  if (!r.error.empty()) j["error"] = r.error;
+  if (usage) {
+    j["usage"] = {{"memory_bytes", usage->memory_bytes},
+                  {"cpu_seconds", usage->cpu_usage_ns / 1e9},
+                  {"pids", usage->pids},
+                  {"disk_bytes", usage->disk_bytes}};
+  }
+  return j;
+}
+
+SandboxView Manager::viewOf(const store::SandboxRecord& record, bool with_usage) {
+  SandboxView v;
+  v.record = record;
+  v.capabilities = runtimeFor(record.runtime).capabilities();
+  if (with_usage && record.state == "running") {
+    auto u = runtimeFor(record.runtime).usage(runtime::PersistedInstance{record.id, record.runtime, record.persisted});
+    if (u) v.usage = *u;
+  }
+  return v;
+}
+
+std::string Manager::metricsText() {
+  std::string out;
+  std::map<std::string, int> by_state;
+  if (auto records = store_->listSandboxes({})) {
+    for (auto& r : *records) by_state[r.state]++;
+  }
+  out += "# TYPE space_sandboxes gauge\n";
+  for (const char* s : {"starting", "running", "paused", "failed", "deleting"})
+    out += fmt::format("space_sandboxes{{state=\"{}\"}} {}\n", s, by_state[s]);
+  out += "# TYPE space_pool_ready gauge\n";
+  {
+    std::lock_guard lock(mu_);
+    for (auto& [name, q] : pool_) out += fmt::format("space_pool_ready{{template=\"{}\"}} {}\n", name, q.size());
+  }
+  out += "# TYPE space_sandbox_creates_total counter\n";
+  out += fmt::format("space_sandbox_creates_total{{source=\"pool\"}} {}\n", counters_.creates_pool.load());
+  out += fmt::format("space_sandbox_creates_total{{source=\"fresh\"}} {}\n", counters_.creates_fresh.load());
+  out += "# TYPE space_sandbox_create_failures_total counter\n";
+  out += fmt::format("space_sandbox_create_failures_total {}\n", counters_.create_failures.load());
+  out += "# TYPE space_sandbox_destroys_total counter\n";
+  out += fmt::format("space_sandbox_destroys_total {}\n", counters_.destroys.load());
+  out += "# TYPE space_sandbox_ttl_reaped_total counter\n";
+  out += fmt::format("space_sandbox_ttl_reaped_total {}\n", counters_.reaped_ttl.load());
+  out += "# TYPE space_sandbox_failed_total counter\n";
+  out += fmt::format("space_sandbox_failed_total {}\n", counters_.failed_sandboxes.load());
+  return out;
+}
+
+}  // namespace space::core
