@@ -66,6 +66,8 @@ class Store {
   virtual Result<std::vector<TemplateRecord>> listTemplates() = 0;
   virtual Status deleteTemplate(const std::string& name) = 0;
   virtual Result<int> countSandboxesUsingTemplate(const std::string& template_id) = 0;
+  // How many template names point at the tree with this content hash; the tree may go when this reaches 0.
+  virtual Result<int> countTemplatesWithId(const std::string& template_id);
 
   // Sandboxes
   virtual Status insertSandbox(const SandboxRecord& s) = 0;  // kConflict on duplicate id / uid slot
@@ -75,6 +77,9 @@ class Store {
   virtual Status deleteSandbox(const std::string& id) = 0;
   // The lowest uid slot not held by any sandbox row.
   virtual Result<int> freeUidSlot() = 0;
+  // Inserts the sandbox with the lowest free uid slot (ignoring s.uid_slot) and returns that slot. Unlike
+  // freeUidSlot() followed by insertSandbox(), two concurrent callers never race for the same slot.
+  virtual Result<int> insertSandboxWithFreeUidSlot(const SandboxRecord& s);
 
   // API keys: the secret is shown once at creation and stored only as a hash.
   virtual Result<std::pair<ApiKeyRecord, std::string>> createApiKey(const std::string& name) = 0;

@@ -1,0 +1,93 @@
+#include "store/schema.h"
+
+#include <array>
+#include <chrono>
+#include <string_view>
+
+namespace space::store {
+namespace {
+
+// Append only: a released migration never changes, because databases in the field have already run it.
+constexpr std::array<std::string_view, 1> kMigrations = {
+    // 1: templates, sandboxes, API keys.
+    R"sql(
+CREATE TABLE templates (
+  name        TEXT PRIMARY KEY,
+  id          TEXT NOT NULL,            -- content hash; several names may share one tree
+  rootfs      TEXT NOT NULL,
+  source      TEXT NOT NULL,            -- JSON
+  size_bytes  INTEGER NOT NULL,
+  created_ms  INTEGER NOT NULL
+);
+CREATE INDEX templates_by_id ON templates(id);
+
+CREATE TABLE sandboxes (
+  id             TEXT PRIMARY KEY,
+  template_name  TEXT NOT NULL,
+  template_id    TEXT NOT NULL,
+  state          TEXT NOT NULL,
+  runtime        TEXT NOT NULL,
+  spec           TEXT NOT NULL,         -- JSON
+  labels         TEXT NOT NULL,         -- JSON object of strings
+  uid_slot       INTEGER UNIQUE,        -- NULL = no slot; two sandboxes never share a uid range
+  created_ms     INTEGER NOT NULL,
+  expires_ms     INTEGER NOT NULL,
+  persisted      TEXT NOT NULL,         -- JSON
+  error          TEXT NOT NULL,
+  pooled         INTEGER NOT NULL
+);
+CREATE INDEX sandboxes_by_template ON sandboxes(template_id);
+CREATE INDEX sandboxes_by_state ON sandboxes(state);
+
+CREATE TABLE api_keys (
+  id           TEXT PRIMARY KEY,
+  name         TEXT NOT NULL,
+  prefix       TEXT NOT NULL,
+  secret_hash  TEXT NOT NULL UNIQUE,    -- SHA-256 hex of the secret; the secret itself is never stored
+  created_ms   INTEGER NOT NULL,
+  revoked_ms   INTEGER NOT NULL
+);
+-- A name identifies one active key; revoked keys keep their name for the audit trail.
+CREATE UNIQUE INDEX api_keys_active_name ON api_keys(name) WHERE revoked_ms = 0;
+)sql",
+};
+
+int64_t nowMs() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+}  // namespace
+
+int latestSchemaVersion() { return static_cast<int>(kMigrations.size()); }
+
+Result<int> schemaVersion(sql::Db& db) {
+  ASSIGN_OR_RETURN(auto stmt, db.prepare("SELECT COALESCE(MAX(version), 0) FROM schema_version"));
+  ASSIGN_OR_RETURN(bool row, stmt.step());
+  return row ? static_cast<int>(stmt.columnInt(0)) : 0;
+}
+
+Status migrate(sql::Db& db) {
+  auto lock = db.lock();
+  TRY(db.exec("CREATE TABLE IF NOT EXISTS schema_version (version INTEGER PRIMARY KEY, applied_ms INTEGER NOT NULL)"));
+  for (;;) {
+    // Version read inside the transaction: another process migrating the same file at the same moment
+    // (two daemons started by mistake) then waits for the write lock instead of applying a step twice.
+    ASSIGN_OR_RETURN(auto tx, sql::Transaction::begin(db));
+    ASSIGN_OR_RETURN(int version, schemaVersion(db));
+    if (version > latestSchemaVersion()) {
+      return makeError(ErrorKind::kUnsupported, "database schema version {} is newer than this build ({})",
+                       version, latestSchemaVersion());
+    }
+    if (version == latestSchemaVersion()) return ok();
+    int next = version + 1;
+    auto applied = db.exec(kMigrations[next - 1]);
+    if (!applied) return tl::unexpected(applied.error().context(fmt::format("schema migration {}", next)));
+    ASSIGN_OR_RETURN(auto record, db.prepare("INSERT INTO schema_version (version, applied_ms) VALUES (?, ?)"));
+    TRY(record.bindAll(next, nowMs()));
+    TRY(record.run());
+    TRY(tx.commit());
+  }
+}
+
+}  // namespace space::store
