@@ -81,6 +81,7 @@ struct Channel {
   UniqueFd file;                  // kReadFile: source; kWriteFile: temporary file
   UniqueFd dir;                   // kWriteFile: target directory
   std::string tmp_name, final_name;
+  uint32_t mode = 0644;           // kWriteFile: permission bits of the committed file
   uint64_t bytes = 0;             // transferred so far
   uint64_t cursor = 0;            // kOutput: ring offset
   uint64_t stop_at = UINT64_MAX;  // kOutput without follow: ring end when asked
@@ -183,6 +184,8 @@ class Server {
   std::string out_;
   size_t out_pos_ = 0;
   size_t frame_start_ = 0;  // beginData's frame header offset in out_
+  protocol::FrameType frame_type_ = protocol::FrameType::kDataOut;
+  uint32_t frame_channel_ = 0;
   std::map<uint32_t, Channel> channels_;
   std::map<uint64_t, std::unique_ptr<Process>> procs_;
   std::map<pid_t, uint64_t> by_pid_;

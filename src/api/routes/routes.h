@@ -1,0 +1,63 @@
+// Route registration and the pure parsers behind it (request -> manager command), exposed for tests and
+// the fuzz target. A parser never has side effects; the handler that calls it executes the command.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "agent/client/agent_client.h"
+#include "api/router.h"
+#include "core/manager.h"
+#include "http/message.h"
+
+namespace space::api {
+
+void registerSystemRoutes(Router& r);
+void registerSandboxRoutes(Router& r);
+void registerExecRoutes(Router& r);
+void registerProcessRoutes(Router& r);
+void registerPtyRoutes(Router& r);
+void registerFileRoutes(Router& r);
+void registerTemplateRoutes(Router& r);
+void registerKeyRoutes(Router& r);
+
+// POST /v1/sandboxes
+Result<core::CreateSandbox> parseCreateSandbox(std::string_view body, uint64_t host_memory_bytes);
+// GET /v1/sandboxes?label=k=v&state=running
+Result<core::ListSandboxes> parseListSandboxes(const http::Request& req);
+
+struct ExecCommand {
+  agent::ExecRequest request;
+  std::optional<std::string> stdin_data;  // sent, then stdin is closed
+};
+// POST .../exec (with_stdin_and_timeout) and POST .../processes (without).
+Result<ExecCommand> parseExec(std::string_view body, bool foreground);
+// POST .../processes/{pid}/signal
+Result<int> parseSignalBody(std::string_view body);
+// GET .../pty?cmd=/bin/sh&rows=24&cols=80
+Result<agent::ExecRequest> parsePtyQuery(const http::Request& req);
+
+struct ResizeControl {
+  uint16_t rows = 24, cols = 80;
+};
+// A PTY text message: {"type":"resize","rows":..,"cols":..}
+Result<ResizeControl> parsePtyControl(std::string_view text);
+
+struct MkdirCommand {
+  std::string path;
+  bool parents = false;
+  uint32_t mode = 0755;
+};
+Result<MkdirCommand> parseMkdir(std::string_view body);
+struct MoveCommand {
+  std::string from, to;
+};
+Result<MoveCommand> parseMove(std::string_view body);
+
+// POST /v1/templates
+Result<core::BuildTemplate> parseBuildTemplate(std::string_view body);
+// POST /v1/keys
+Result<std::string> parseCreateKey(std::string_view body);
+
+}  // namespace space::api

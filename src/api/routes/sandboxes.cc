@@ -1,0 +1,152 @@
+// Sandbox lifecycle: create, list, inspect, delete, pause, resume.
+#include <cmath>
+
+#include "api/errors.h"
+#include "api/json_input.h"
+#include "api/routes/routes.h"
+#include "api/validate.h"
+
+namespace space::api {
+namespace {
+
+constexpr uint64_t kMiB = 1ull << 20;
+constexpr int64_t kMinMemoryMiB = 16, kMinDiskMiB = 16, kMaxDiskMiB = 16ll << 20;  // 16 TiB
+constexpr int64_t kMinPids = 8, kMaxPids = 4194304;                               // the kernel's pid_max
+constexpr double kMaxCpus = 64;
+
+Status checkEnv(const std::map<std::string, std::string>& env) {
+  for (const auto& [k, v] : env) {
+    bool valid = !k.empty() && k.size() <= 256 && !(k[0] >= '0' && k[0] <= '9');
+    for (char c : k) valid = valid && ((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_');
+    if (!valid) return makeError(ErrorKind::kInvalidArgument, "env name '{}' must match [A-Za-z_][A-Za-z0-9_]*", k.substr(0, 64));
+    if (v.size() > 32768) return makeError(ErrorKind::kInvalidArgument, "env value of '{}' is longer than 32 KiB", k);
+  }
+  return ok();
+}
+
+Status checkLabels(const std::map<std::string, std::string>& labels) {
+  for (const auto& [k, v] : labels) {
+    bool valid = !k.empty() && k.size() <= 63;
+    for (char c : k) {
+      valid = valid && ((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '-' ||
+                        c == '_' || c == '.' || c == '/');
+    }
+    if (!valid) return makeError(ErrorKind::kInvalidArgument, "label key '{}' must be 1-63 of [A-Za-z0-9._/-]", k.substr(0, 64));
+    if (v.size() > 255 || v.find('=') != std::string::npos) {
+      return makeError(ErrorKind::kInvalidArgument, "label value of '{}' must be at most 255 bytes without '='", k);
+    }
+  }
+  return ok();
+}
+
+}  // namespace
+
+Result<core::CreateSandbox> parseCreateSandbox(std::string_view body, uint64_t host_memory_bytes) {
+  ASSIGN_OR_RETURN(auto in, JsonInput::parse(body, {"template", "isolation", "cpus", "memory_mib", "pids", "disk_mib",
+                                                    "env", "labels", "ttl_s"}));
+  core::CreateSandbox cmd;
+  ASSIGN_OR_RETURN(auto tmpl, in.string("template", 64));
+  if (tmpl) {
+    TRY(checkName("template", *tmpl));
+    cmd.template_name = *tmpl;
+  }
+  ASSIGN_OR_RETURN(auto isolation, in.string("isolation", 16));
+  if (isolation) {
+    if (*isolation != "auto" && *isolation != "jail" && *isolation != "vm") {
+      return makeError(ErrorKind::kInvalidArgument, "isolation must be auto, jail or vm");
+    }
+    cmd.isolation = *isolation;
+  }
+  ASSIGN_OR_RETURN(auto cpus, in.number("cpus"));
+  if (cpus) {
+    if (!(*cpus > 0) || *cpus > kMaxCpus) return makeError(ErrorKind::kInvalidArgument, "cpus must be more than 0 and at most {} (e.g. 0.5)", kMaxCpus);
+    long millis = std::lround(*cpus * 1000);
+    cmd.cpu_millis = static_cast<uint32_t>(millis < 1 ? 1 : millis);
+  }
+  ASSIGN_OR_RETURN(auto memory, in.integer("memory_mib"));
+  if (memory) {
+    int64_t host_mib = static_cast<int64_t>(host_memory_bytes / kMiB);
+    if (*memory < kMinMemoryMiB || *memory > host_mib) {
+      return makeError(ErrorKind::kInvalidArgument, "memory_mib must be from {} to {} (this host's RAM)", kMinMemoryMiB, host_mib);
+    }
+    cmd.memory_bytes = static_cast<uint64_t>(*memory) * kMiB;
+  }
+  ASSIGN_OR_RETURN(auto pids, in.integer("pids"));
+  if (pids) {
+    if (*pids < kMinPids || *pids > kMaxPids) return makeError(ErrorKind::kInvalidArgument, "pids must be from {} to {}", kMinPids, kMaxPids);
+    cmd.pids = static_cast<uint32_t>(*pids);
+  }
+  ASSIGN_OR_RETURN(auto disk, in.integer("disk_mib"));
+  if (disk) {
+    if (*disk < kMinDiskMiB || *disk > kMaxDiskMiB) return makeError(ErrorKind::kInvalidArgument, "disk_mib must be from {} to {}", kMinDiskMiB, kMaxDiskMiB);
+    cmd.disk_bytes = static_cast<uint64_t>(*disk) * kMiB;
+  }
+  ASSIGN_OR_RETURN(cmd.env, in.stringMap("env", 256));
+  TRY(checkEnv(cmd.env));
+  ASSIGN_OR_RETURN(cmd.labels, in.stringMap("labels", 64));
+  TRY(checkLabels(cmd.labels));
+  ASSIGN_OR_RETURN(auto ttl, in.integer("ttl_s"));
+  if (ttl) {
+    // The daemon's max_ttl_s caps it further; here only what can never make sense.
+    if (*ttl < 0 || *ttl > 365ll * 24 * 3600) return makeError(ErrorKind::kInvalidArgument, "ttl_s must be from 0 (daemon default) to 31536000");
+    cmd.ttl_s = *ttl;
+  }
+  return cmd;
+}
+
+Result<core::ListSandboxes> parseListSandboxes(const http::Request& req) {
+  core::ListSandboxes cmd;
+  for (const auto& [key, value] : req.query) {
+    if (key == "label") {
+      size_t eq = value.find('=');
+      if (eq == std::string::npos || eq == 0) return makeError(ErrorKind::kInvalidArgument, "label filter must be KEY=VALUE");
+      cmd.labels[value.substr(0, eq)] = value.substr(eq + 1);
+    } else if (key == "state") {
+      static const char* kStates[] = {"starting", "running", "paused", "stopped", "failed", "deleting"};
+      bool known = false;
+      for (const char* s : kStates) known = known || value == s;
+      if (!known) return makeError(ErrorKind::kInvalidArgument, "state must be one of starting, running, paused, stopped, failed, deleting");
+      cmd.state = value;
+    } else {
+      return makeError(ErrorKind::kInvalidArgument, "unknown query parameter '{}' (allowed: label, state)", key.substr(0, 64));
+    }
+  }
+  TRY(checkLabels(cmd.labels));
+  return cmd;
+}
+
+void registerSandboxRoutes(Router& r) {
+  r.add("POST", "/v1/sandboxes", [](RouteContext& ctx) -> Status {
+    ASSIGN_OR_RETURN(std::string body, ctx.jsonBody());
+    ASSIGN_OR_RETURN(auto cmd, parseCreateSandbox(body, ctx.options.host_memory_bytes));
+    ASSIGN_OR_RETURN(auto view, ctx.manager.create(cmd));
+    return sendJson(ctx.resp, 201, view.toJson());
+  });
+  r.add("GET", "/v1/sandboxes", [](RouteContext& ctx) -> Status {
+    ASSIGN_OR_RETURN(auto cmd, parseListSandboxes(ctx.req));
+    ASSIGN_OR_RETURN(auto views, ctx.manager.list(cmd));
+    nlohmann::json out = nlohmann::json::array();
+    for (const auto& v : views) out.push_back(v.toJson());
+    return sendJson(ctx.resp, 200, {{"sandboxes", out}});
+  });
+  r.add("GET", "/v1/sandboxes/{id}", [](RouteContext& ctx) -> Status {
+    ASSIGN_OR_RETURN(auto view, ctx.manager.get(ctx.param("id")));
+    return sendJson(ctx.resp, 200, view.toJson());
+  });
+  r.add("DELETE", "/v1/sandboxes/{id}", [](RouteContext& ctx) -> Status {
+    TRY(ctx.manager.destroy(ctx.param("id")));
+    return ctx.resp.send(204, "application/json", "");
+  });
+  r.add("POST", "/v1/sandboxes/{id}/pause", [](RouteContext& ctx) -> Status {
+    TRY(ctx.manager.pause(ctx.param("id")));
+    ASSIGN_OR_RETURN(auto view, ctx.manager.get(ctx.param("id")));
+    return sendJson(ctx.resp, 200, view.toJson());
+  });
+  r.add("POST", "/v1/sandboxes/{id}/resume", [](RouteContext& ctx) -> Status {
+    TRY(ctx.manager.resume(ctx.param("id")));
+    ASSIGN_OR_RETURN(auto view, ctx.manager.get(ctx.param("id")));
+    return sendJson(ctx.resp, 200, view.toJson());
+  });
+}
+
+}  // namespace space::api

@@ -1,0 +1,18 @@
+// GET /healthz, GET /metrics
+#include "api/errors.h"
+#include "api/metrics.h"
+#include "api/routes/routes.h"
+
+namespace space::api {
+
+void registerSystemRoutes(Router& r) {
+  r.add("GET", "/healthz", [](RouteContext& ctx) -> Status {
+    return sendJson(ctx.resp, 200, {{"status", "ok"}});
+  });
+  r.add("GET", "/metrics", [](RouteContext& ctx) -> Status {
+    std::string text = ctx.metrics.text() + ctx.manager.metricsText();
+    return ctx.resp.send(200, "text/plain; version=0.0.4", text);
+  });
+}
+
+}  // namespace space::api

@@ -1,0 +1,113 @@
+// Templates: list, build (streamed NDJSON progress), remove.
+#include <mutex>
+
+#include "api/errors.h"
+#include "api/json_input.h"
+#include "api/ndjson.h"
+#include "api/routes/routes.h"
+#include "api/validate.h"
+
+namespace space::api {
+namespace {
+
+nlohmann::json templateJson(const store::TemplateRecord& t) {
+  return {{"id", t.id},           {"name", t.name},           {"rootfs", t.rootfs},
+          {"source", t.source},   {"size_bytes", t.size_bytes}, {"created_ms", t.created_ms}};
+}
+
+}  // namespace
+
+Result<core::BuildTemplate> parseBuildTemplate(std::string_view body) {
+  ASSIGN_OR_RETURN(auto in, JsonInput::parse(body, {"name", "kind", "suite", "variant", "packages", "mirror", "path"}));
+  core::BuildTemplate cmd;
+  ASSIGN_OR_RETURN(auto name, in.string("name", 64));
+  if (!name) return makeError(ErrorKind::kInvalidArgument, "name is required");
+  TRY(checkName("template name", *name));
+  cmd.name = *name;
+  ASSIGN_OR_RETURN(auto kind, in.string("kind", 16));
+  if (!kind || (*kind != "debootstrap" && *kind != "dir" && *kind != "tar")) {
+    return makeError(ErrorKind::kInvalidArgument, "kind must be debootstrap, dir or tar");
+  }
+  cmd.kind = *kind;
+  ASSIGN_OR_RETURN(auto suite, in.string("suite", 64));
+  ASSIGN_OR_RETURN(auto variant, in.string("variant", 64));
+  ASSIGN_OR_RETURN(auto packages, in.stringArray("packages", 1024));
+  ASSIGN_OR_RETURN(auto mirror, in.string("mirror", 1024));
+  ASSIGN_OR_RETURN(auto path, in.string("path", 4096));
+  if (cmd.kind == "debootstrap") {
+    if (path) return makeError(ErrorKind::kInvalidArgument, "path is for kind dir or tar, not debootstrap");
+    if (suite) {
+      TRY(checkName("suite", *suite));
+      cmd.suite = *suite;
+    }
+    if (variant) {
+      TRY(checkName("variant", *variant));
+      cmd.variant = *variant;
+    }
+    if (packages) {
+      for (const auto& p : *packages) {
+        // Package names go onto a command line: allow only what Debian allows in a name.
+        bool valid = !p.empty() && p.size() <= 128 && std::isalnum(static_cast<unsigned char>(p[0]));
+        for (char c : p) valid = valid && (std::isalnum(static_cast<unsigned char>(c)) || c == '+' || c == '-' || c == '.');
+        if (!valid) return makeError(ErrorKind::kInvalidArgument, "'{}' is not a Debian package name", p.substr(0, 64));
+      }
+      cmd.packages = *packages;
+    }
+    if (mirror) {
+      if (!mirror->starts_with("http://") && !mirror->starts_with("https://")) {
+        return makeError(ErrorKind::kInvalidArgument, "mirror must be an http:// or https:// URL");
+      }
+      cmd.mirror = *mirror;
+    }
+  } else {
+    if (suite || variant || packages || mirror) {
+      return makeError(ErrorKind::kInvalidArgument, "suite, variant, packages and mirror are for kind debootstrap");
+    }
+    if (!path || path->empty() || (*path)[0] != '/') {
+      return makeError(ErrorKind::kInvalidArgument, "path must be an absolute path on the daemon's host");
+    }
+    cmd.path = *path;
+  }
+  return cmd;
+}
+
+void registerTemplateRoutes(Router& r) {
+  r.add("GET", "/v1/templates", [](RouteContext& ctx) -> Status {
+    ASSIGN_OR_RETURN(auto list, ctx.manager.listTemplates());
+    nlohmann::json out = nlohmann::json::array();
+    for (const auto& t : list) out.push_back(templateJson(t));
+    return sendJson(ctx.resp, 200, {{"templates", out}});
+  });
+  r.add("POST", "/v1/templates", [](RouteContext& ctx) -> Status {
+    ASSIGN_OR_RETURN(std::string body, ctx.jsonBody());
+    ASSIGN_OR_RETURN(auto cmd, parseBuildTemplate(body));
+    TRY(ctx.resp.beginStream(200, "application/x-ndjson", std::nullopt));
+    std::mutex mu;
+    bool client_gone = false;
+    // A build goes on when its client disconnects: the template is still wanted, and the manager
+    // cannot abandon debootstrap half-way cleanly.
+    auto progress = [&](const std::string& line) {
+      std::lock_guard lock(mu);
+      if (client_gone) return;
+      if (!ctx.resp.write(ndjsonLine({{"type", "progress"}, {"line", line}}))) client_gone = true;
+    };
+    auto result = ctx.manager.buildTemplate(cmd, progress);
+    std::lock_guard lock(mu);
+    if (client_gone) return ok();
+    nlohmann::json last;
+    if (result) {
+      last = {{"type", "done"}, {"template", templateJson(*result)}};
+    } else {
+      last = errorJson(errorKindName(result.error().kind), result.error().message);
+      last["type"] = "error";
+    }
+    TRY(ctx.resp.write(ndjsonLine(last)));
+    return ctx.resp.end();
+  });
+  r.add("DELETE", "/v1/templates/{name}", [](RouteContext& ctx) -> Status {
+    TRY(ctx.manager.removeTemplate(ctx.param("name")));
+    return ctx.resp.send(204, "application/json", "");
+  });
+}
+
+}  // namespace space::api

@@ -1,0 +1,135 @@
+// DaemonConfig <-> JSON. The file format uses the flag names (with underscores), so that an operator can
+// move any flag into the file; unknown keys are refused because a misspelt key would silently do nothing.
+#include "core/config.h"
+
+#include <cmath>
+
+namespace space::core {
+namespace {
+
+using nlohmann::json;
+
+Status typeError(const std::string& key, const char* want) {
+  return makeError(ErrorKind::kInvalidArgument, "config: '{}' must be {}", key, want);
+}
+
+Status readString(const json& j, const std::string& key, std::string& out) {
+  if (!j.is_string()) return typeError(key, "a string");
+  out = j.get<std::string>();
+  return ok();
+}
+
+template <class Int>
+Status readInt(const json& j, const std::string& key, Int& out, int64_t min, int64_t max) {
+  if (!j.is_number_integer()) return typeError(key, "an integer");
+  if (j.is_number_unsigned() && j.get<uint64_t>() > static_cast<uint64_t>(max)) {
+    return makeError(ErrorKind::kInvalidArgument, "config: '{}' must be at most {}", key, max);
+  }
+  int64_t v = j.get<int64_t>();
+  if (v < min || v > max) {
+    return makeError(ErrorKind::kInvalidArgument, "config: '{}' must be between {} and {}", key, min, max);
+  }
+  out = static_cast<Int>(v);
+  return ok();
+}
+
+Status readLimits(const json& j, runtime::Limits& l) {
+  if (!j.is_object()) return typeError("default_limits", "an object");
+  for (const auto& [key, v] : j.items()) {
+    std::string name = "default_limits." + key;
+    if (key == "cpus") {
+      if (!v.is_number() || !(v.get<double>() > 0) || v.get<double>() > 64) return typeError(name, "a number in (0, 64]");
+      l.cpu_millis = static_cast<uint32_t>(std::lround(v.get<double>() * 1000));
+    } else if (key == "memory_mib") {
+      uint64_t mib = 0;
+      TRY(readInt(v, name, mib, 16, int64_t{1} << 30));
+      l.memory_bytes = mib << 20;
+    } else if (key == "pids") {
+      TRY(readInt(v, name, l.pids, 8, 4194304));
+    } else if (key == "disk_mib") {
+      uint64_t mib = 0;
+      TRY(readInt(v, name, mib, 16, int64_t{1} << 30));
+      l.disk_bytes = mib << 20;
+    } else if (key == "disk_inodes") {
+      TRY(readInt(v, name, l.disk_inodes, 64, int64_t{1} << 40));
+    } else if (key == "nofile") {
+      TRY(readInt(v, name, l.nofile, 64, 1 << 20));
+    } else {
+      return makeError(ErrorKind::kInvalidArgument, "config: unknown key '{}'", name);
+    }
+  }
+  return ok();
+}
+
+}  // namespace
+
+Result<DaemonConfig> DaemonConfig::fromJson(const json& j, DaemonConfig base) {
+  if (!j.is_object()) return makeError(ErrorKind::kInvalidArgument, "config: the file must hold a JSON object");
+  DaemonConfig c = std::move(base);
+  for (const auto& [key, v] : j.items()) {
+    if (key == "socket") {
+      TRY(readString(v, key, c.socket_path));
+    } else if (key == "listen") {
+      TRY(readString(v, key, c.listen));
+    } else if (key == "state_dir") {
+      TRY(readString(v, key, c.state_dir));
+    } else if (key == "agent_binary") {
+      TRY(readString(v, key, c.agent_binary));
+    } else if (key == "seccomp_policy") {
+      TRY(readString(v, key, c.seccomp_policy));
+    } else if (key == "default_template") {
+      TRY(readString(v, key, c.default_template));
+    } else if (key == "pool_size") {
+      TRY(readInt(v, key, c.pool_size, 0, 1000));
+    } else if (key == "pool_templates") {
+      TRY(readString(v, key, c.pool_templates));
+    } else if (key == "default_limits") {
+      TRY(readLimits(v, c.default_limits));
+    } else if (key == "default_ttl_s") {
+      TRY(readInt(v, key, c.default_ttl_s, 0, int64_t{1} << 40));
+    } else if (key == "max_ttl_s") {
+      TRY(readInt(v, key, c.max_ttl_s, 0, int64_t{1} << 40));
+    } else if (key == "disk_volume_bytes") {
+      TRY(readInt(v, key, c.disk_volume_bytes, int64_t{1} << 30, int64_t{1} << 50));
+    } else if (key == "max_sandboxes") {
+      TRY(readInt(v, key, c.max_sandboxes, 0, 1000000));
+    } else if (key == "log_level") {
+      TRY(readString(v, key, c.log_level));
+      static const char* kLevels[] = {"trace", "debug", "info", "warn", "error", "critical", "off"};
+      bool known = false;
+      for (const char* l : kLevels) known = known || c.log_level == l;
+      if (!known) return makeError(ErrorKind::kInvalidArgument, "config: log_level '{}' is not one of trace, debug, info, warn, error, critical, off", c.log_level);
+    } else {
+      return makeError(ErrorKind::kInvalidArgument, "config: unknown key '{}'", key);
+    }
+  }
+  if (c.default_ttl_s > c.max_ttl_s && c.max_ttl_s > 0) {
+    return makeError(ErrorKind::kInvalidArgument, "config: default_ttl_s ({}) exceeds max_ttl_s ({})", c.default_ttl_s, c.max_ttl_s);
+  }
+  return c;
+}
+
+nlohmann::json DaemonConfig::toJson() const {
+  return {{"socket", socket_path},
+          {"listen", listen},
+          {"state_dir", state_dir},
+          {"agent_binary", agent_binary},
+          {"seccomp_policy", seccomp_policy},
+          {"default_template", default_template},
+          {"pool_size", pool_size},
+          {"pool_templates", pool_templates},
+          {"default_limits",
+           {{"cpus", default_limits.cpu_millis / 1000.0},
+            {"memory_mib", default_limits.memory_bytes >> 20},
+            {"pids", default_limits.pids},
+            {"disk_mib", default_limits.disk_bytes >> 20},
+            {"disk_inodes", default_limits.disk_inodes},
+            {"nofile", default_limits.nofile}}},
+          {"default_ttl_s", default_ttl_s},
+          {"max_ttl_s", max_ttl_s},
+          {"disk_volume_bytes", disk_volume_bytes},
+          {"max_sandboxes", max_sandboxes},
+          {"log_level", log_level}};
+}
+
+}  // namespace space::core

@@ -1,0 +1,101 @@
+// Backend choice and the small file helpers both backends share.
+#include <dirent.h>
+#include <fcntl.h>
+#include <linux/magic.h>
+#include <sys/stat.h>
+#include <sys/vfs.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <fstream>
+#include <sstream>
+#include <thread>
+
+#include "common/unique_fd.h"
+#include "runtime/jail/cgroup.h"
+
+namespace space::jail {
+
+namespace {
+bool isFs(const std::string& path, long magic) {
+  struct statfs st;
+  return statfs(path.c_str(), &st) == 0 && st.f_type == magic;
+}
+bool has(const std::vector<std::string>& v, const char* name) { return std::find(v.begin(), v.end(), name) != v.end(); }
+}  // namespace
+
+CgroupProbe probeCgroups(const std::string& root) {
+  CgroupProbe p;
+  p.root_is_cgroup2 = isFs(root, CGROUP2_SUPER_MAGIC);
+  p.v1_memory = isFs(root + "/memory", CGROUP_SUPER_MAGIC);
+  p.v1_pids = isFs(root + "/pids", CGROUP_SUPER_MAGIC);
+  p.v1_cpu = isFs(root + "/cpu", CGROUP_SUPER_MAGIC);
+  if (p.root_is_cgroup2) p.unified_mount = root;
+  else if (isFs(root + "/unified", CGROUP2_SUPER_MAGIC)) p.unified_mount = root + "/unified";
+  if (!p.unified_mount.empty()) {
+    if (auto text = readCgroupFile(p.unified_mount + "/cgroup.controllers")) {
+      std::istringstream in(*text);
+      for (std::string c; in >> c;) p.unified_controllers.push_back(c);
+    }
+  }
+  return p;
+}
+
+Result<CgroupChoice> chooseCgroupBackend(const CgroupProbe& p) {
+  bool v2_ok = !p.unified_mount.empty() && has(p.unified_controllers, "memory") &&
+               has(p.unified_controllers, "pids") && has(p.unified_controllers, "cpu");
+  if (v2_ok) return CgroupChoice{CgroupKind::kV2, p.unified_mount};
+  if (p.v1_memory && p.v1_pids && p.v1_cpu && !p.root_is_cgroup2) return CgroupChoice{CgroupKind::kV1, "/sys/fs/cgroup"};
+  return makeError(ErrorKind::kUnsupported,
+                   "no usable cgroup hierarchy: need memory, pids and cpu on cgroup2 ({}) or as v1 hierarchies",
+                   p.unified_mount.empty() ? "not mounted" : p.unified_mount);
+}
+
+Result<std::unique_ptr<CgroupBackend>> makeCgroupBackend(const std::string& parent) {
+  ASSIGN_OR_RETURN(CgroupChoice choice, chooseCgroupBackend(probeCgroups()));
+  if (choice.kind == CgroupKind::kV2) return makeCgroupV2(choice.root, parent);
+  return makeCgroupV1(choice.root, parent);
+}
+
+Status writeCgroupFile(const std::string& path, const std::string& value) {
+  UniqueFd fd(open(path.c_str(), O_WRONLY | O_CLOEXEC));
+  if (!fd) return sysError(errno, "open {}", path);
+  if (write(fd.get(), value.data(), value.size()) < 0) return sysError(errno, "write '{}' to {}", value, path);
+  return ok();
+}
+
+Result<std::string> readCgroupFile(const std::string& path) {
+  UniqueFd fd(open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  if (!fd) return sysError(errno, "open {}", path);
+  std::string out;
+  char buf[4096];
+  for (;;) {
+    ssize_t n = read(fd.get(), buf, sizeof buf);
+    if (n < 0) return sysError(errno, "read {}", path);
+    if (n == 0) break;
+    out.append(buf, static_cast<size_t>(n));
+  }
+  return out;
+}
+
+Status removeCgroupDir(const std::string& path) {
+  for (int attempt = 0;; ++attempt) {
+    if (rmdir(path.c_str()) == 0 || errno == ENOENT) return ok();
+    if (errno != EBUSY || attempt >= 200) return sysError(errno, "rmdir {}", path);
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+}
+
+std::vector<std::string> listSubdirs(const std::string& path) {
+  std::vector<std::string> out;
+  DIR* d = opendir(path.c_str());
+  if (!d) return out;
+  while (dirent* e = readdir(d)) {
+    if (e->d_type == DT_DIR && e->d_name[0] != '.') out.push_back(path + "/" + e->d_name);
+  }
+  closedir(d);
+  return out;
+}
+
+}  // namespace space::jail

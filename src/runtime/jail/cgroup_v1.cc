@@ -1,0 +1,100 @@
+// cgroup v1: one hierarchy per controller (/sys/fs/cgroup/<controller>/<parent>/<id>). The sandbox's
+// processes join every hierarchy. cpu and cpuacct may be one co-mounted hierarchy ("cpu,cpuacct") or two.
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <climits>
+#include <cstdlib>
+#include <set>
+
+#include "runtime/jail/cgroup.h"
+
+namespace space::jail {
+
+namespace {
+
+constexpr uint64_t kCfsPeriodUs = 100000;
+
+class CgroupV1 : public CgroupBackend {
+ public:
+  CgroupV1(std::string root, std::string parent) : root_(std::move(root)), parent_(std::move(parent)) {}
+  CgroupKind kind() const override { return CgroupKind::kV1; }
+
+  Status create(const std::string& id, const runtime::Limits& limits) override {
+    for (const std::string& hier : hierarchies()) {
+      std::string parent_dir = hier + "/" + parent_;
+      if (mkdir(parent_dir.c_str(), 0755) < 0 && errno != EEXIST) return sysError(errno, "mkdir {}", parent_dir);
+      std::string dir = parent_dir + "/" + id;
+      if (mkdir(dir.c_str(), 0755) < 0) return sysError(errno, "mkdir {}", dir);
+    }
+    std::string mem = group("memory", id);
+    TRY(writeCgroupFile(mem + "/memory.limit_in_bytes", std::to_string(limits.memory_bytes)));
+    // memsw (memory + swap) exists only with swap accounting; equal to the memory limit = no swap escape.
+    if (access((mem + "/memory.memsw.limit_in_bytes").c_str(), F_OK) == 0)
+      TRY(writeCgroupFile(mem + "/memory.memsw.limit_in_bytes", std::to_string(limits.memory_bytes)));
+    TRY(writeCgroupFile(group("pids", id) + "/pids.max", std::to_string(limits.pids)));
+    std::string cpu = group("cpu", id);
+    TRY(writeCgroupFile(cpu + "/cpu.cfs_period_us", std::to_string(kCfsPeriodUs)));
+    uint64_t quota = static_cast<uint64_t>(limits.cpu_millis) * kCfsPeriodUs / 1000;
+    TRY(writeCgroupFile(cpu + "/cpu.cfs_quota_us", std::to_string(quota)));
+    return ok();
+  }
+
+  Status addProcess(const std::string& id, pid_t pid) override {
+    for (const std::string& hier : hierarchies())
+      TRY(writeCgroupFile(hier + "/" + parent_ + "/" + id + "/cgroup.procs", std::to_string(pid)));
+    return ok();
+  }
+
+  Result<CgroupUsage> usage(const std::string& id) override {
+    CgroupUsage u;
+    ASSIGN_OR_RETURN(std::string mem, readCgroupFile(group("memory", id) + "/memory.usage_in_bytes"));
+    u.memory_bytes = std::strtoull(mem.c_str(), nullptr, 10);
+    ASSIGN_OR_RETURN(std::string pids, readCgroupFile(group("pids", id) + "/pids.current"));
+    u.pids = static_cast<uint32_t>(std::strtoul(pids.c_str(), nullptr, 10));
+    ASSIGN_OR_RETURN(std::string cpu, readCgroupFile(group("cpuacct", id) + "/cpuacct.usage"));
+    u.cpu_usage_ns = std::strtoull(cpu.c_str(), nullptr, 10);
+    return u;
+  }
+
+  Status remove(const std::string& id) override {
+    // v1 has no cgroup.kill; the runtime kills the sandbox's init first, and the pid namespace takes every
+    // other task with it. Tasks still listed are exiting; removeCgroupDir waits for them.
+    for (const std::string& hier : hierarchies()) TRY(removeCgroupDir(hier + "/" + parent_ + "/" + id));
+    return ok();
+  }
+
+  std::vector<std::string> listGroups() override {
+    std::vector<std::string> out;
+    for (const std::string& hier : hierarchies())
+      for (auto& d : listSubdirs(hier + "/" + parent_)) out.push_back(d);
+    return out;
+  }
+
+ private:
+  // Distinct hierarchy directories for the controllers we use (co-mounted ones collapse into one).
+  std::vector<std::string> hierarchies() const {
+    std::set<std::string> seen;
+    std::vector<std::string> out;
+    for (const char* c : {"memory", "pids", "cpu", "cpuacct", "freezer"}) {
+      char real[PATH_MAX];
+      std::string path = root_ + "/" + c;
+      if (!realpath(path.c_str(), real)) continue;
+      if (seen.insert(real).second) out.push_back(real);
+    }
+    return out;
+  }
+  std::string group(const char* controller, const std::string& id) const {
+    return root_ + "/" + controller + "/" + parent_ + "/" + id;
+  }
+
+  std::string root_, parent_;
+};
+
+}  // namespace
+
+std::unique_ptr<CgroupBackend> makeCgroupV1(const std::string& root, const std::string& parent) {
+  return std::make_unique<CgroupV1>(root, parent);
+}
+
+}  // namespace space::jail

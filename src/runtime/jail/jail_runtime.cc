@@ -1,0 +1,241 @@
+#include "runtime/jail/jail_runtime.h"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <fstream>
+#include <sstream>
+
+#include <spdlog/spdlog.h>
+
+#include "common/defer.h"
+#include "runtime/jail/inside/handshake.h"
+#include "runtime/jail/inside/seccomp.h"
+#include "runtime/jail/launch.h"
+#include "runtime/jail/userns.h"
+#include "sys/process.h"
+
+namespace space::jail {
+
+using runtime::Instance;
+using runtime::PersistedInstance;
+using runtime::SandboxSpec;
+
+namespace {
+
+constexpr auto kAgentConnectTimeout = std::chrono::milliseconds(5000);
+constexpr auto kKillTimeoutMs = 5000;
+
+Result<std::string> readFile(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) return sysError(errno ? errno : ENOENT, "open {}", path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+Status validateSpec(const SandboxSpec& spec) {
+  if (spec.id.empty() || spec.id.size() > 64)
+    return makeError(ErrorKind::kInvalidArgument, "sandbox id '{}': 1-64 characters", spec.id);
+  for (char c : spec.id)
+    if (!(isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_'))
+      return makeError(ErrorKind::kInvalidArgument, "sandbox id '{}': only [A-Za-z0-9_-]", spec.id);
+  // The overlay option string is comma- and colon-separated; such paths cannot be expressed safely.
+  for (const std::string* p : {&spec.dir, &spec.template_rootfs})
+    if (p->empty() || (*p)[0] != '/' || p->find_first_of(",:\\") != std::string::npos)
+      return makeError(ErrorKind::kInvalidArgument, "path '{}' must be absolute, without , : or \\", *p);
+  TRY(validateIdRange(spec.uid_base, spec.uid_count));
+  return ok();
+}
+
+Result<UniqueFd> listenUnix(const std::string& path) {
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  if (path.size() >= sizeof addr.sun_path) return sysError(ENAMETOOLONG, "socket path {}", path);
+  std::memcpy(addr.sun_path, path.c_str(), path.size() + 1);
+  UniqueFd fd(socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  if (!fd) return sysError(errno, "socket(AF_UNIX)");
+  unlink(path.c_str());
+  if (bind(fd.get(), reinterpret_cast<sockaddr*>(&addr), sizeof addr) < 0) return sysError(errno, "bind {}", path);
+  // Only spaced (host root) connects; sandbox code never sees this path, only the agent's fd.
+  if (chmod(path.c_str(), 0600) < 0) return sysError(errno, "chmod {}", path);
+  if (listen(fd.get(), 16) < 0) return sysError(errno, "listen {}", path);
+  return fd;
+}
+
+// True if `pid` is still the process recorded at start (same start time), i.e. not a recycled pid.
+bool sameProcess(int pid, uint64_t start_time) {
+  if (pid <= 0) return false;
+  auto now = processStartTime(pid);
+  return now && *now == start_time;
+}
+
+Status killAndWait(int pid, uint64_t start_time) {
+  auto pidfd = sys::pidfdOpen(pid);
+  if (!pidfd) return ok();  // gone
+  // Check identity after taking the pidfd: from here on the pid cannot be recycled under us.
+  if (!sameProcess(pid, start_time)) return ok();
+  // SIGKILL to the pid namespace's init: the kernel then kills every other process of the namespace.
+  if (auto st = sys::pidfdSendSignal(pidfd->get(), SIGKILL); !st && st.error().sys_errno != ESRCH) return st;
+  pollfd p{pidfd->get(), POLLIN, 0};
+  if (poll(&p, 1, kKillTimeoutMs) <= 0) return sysError(ETIMEDOUT, "wait for sandbox init {} to exit", pid);
+  // Reap if it is our child (it is not after a daemon restart: then init reaps it).
+  siginfo_t info{};
+  (void)waitid(P_PIDFD, static_cast<id_t>(pidfd->get()), &info, WEXITED | WNOHANG);
+  return ok();
+}
+
+}  // namespace
+
+JailRuntime::JailRuntime(JailConfig config, QuotaVolume volume, std::unique_ptr<CgroupBackend> cgroups,
+                         std::string policy)
+    : config_(std::move(config)),
+      volume_(std::move(volume)),
+      cgroups_(std::move(cgroups)),
+      seccomp_policy_text_(std::move(policy)) {}
+
+Result<std::unique_ptr<JailRuntime>> JailRuntime::create(const JailConfig& config) {
+  if (access(config.agent_binary.c_str(), X_OK) < 0) return sysError(errno, "agent binary {}", config.agent_binary);
+  ASSIGN_OR_RETURN(std::string policy, readFile(config.seccomp_policy));
+  // Compile once here so a broken policy stops spaced at start-up, not every sandbox later.
+  ASSIGN_OR_RETURN(SeccompProgram program, compileSeccompPolicy(policy));
+  for (const auto& name : program.unknown_syscalls)
+    spdlog::warn("seccomp policy names {}, unknown to this libseccomp: it stays denied", name);
+  ASSIGN_OR_RETURN(auto cgroups, makeCgroupBackend(config.cgroup_parent));
+  ASSIGN_OR_RETURN(QuotaVolume volume, QuotaVolume::open(config.state_dir, config.disk_volume_bytes));
+  spdlog::info("jail runtime: cgroup {}, volume {}", cgroups->kind() == CgroupKind::kV1 ? "v1" : "v2",
+               volume.mountPoint());
+  return std::unique_ptr<JailRuntime>(
+      new JailRuntime(config, std::move(volume), std::move(cgroups), std::move(policy)));
+}
+
+Result<Instance> JailRuntime::start(const SandboxSpec& spec) {
+  TRY(validateSpec(spec));
+  PersistedInstance persisted{spec.id, "jail", nlohmann::json::object()};
+  persisted.state["dir"] = spec.dir;
+  persisted.state["uid_base"] = spec.uid_base;
+  persisted.state["uid_count"] = spec.uid_count;
+  // Anything half-made is unwound by the same code that destroys a finished sandbox.
+  Defer unwind([&] {
+    if (auto st = destroy(persisted); !st) spdlog::error("unwind sandbox {}: {}", spec.id, st.error().message);
+  });
+  Status launched = launch(spec, persisted);
+  if (!launched) return tl::unexpected(launched.error().context("start sandbox " + spec.id));
+  auto agent = agent::AgentClient::connectUnix(spec.dir + "/agent.sock", kAgentConnectTimeout);
+  if (!agent) return tl::unexpected(agent.error().context("start sandbox " + spec.id + ": connect agent"));
+  unwind.dismiss();
+  return Instance{spec.id, persisted.state["pid"].get<int>(), std::move(*agent), std::move(persisted)};
+}
+
+Status JailRuntime::launch(const SandboxSpec& spec, PersistedInstance& persisted) {
+  // Project id = the sandbox's uid base: unique among live sandboxes (their uid ranges are private).
+  TRY(volume_.createSandboxDir(spec.dir, spec.uid_base, spec.limits.disk_bytes, spec.limits.disk_inodes,
+                               spec.uid_base));
+  persisted.state["project_id"] = spec.uid_base;
+  TRY(cgroups_->create(spec.id, spec.limits));
+  persisted.state["cgroup"] = spec.id;
+
+  ASSIGN_OR_RETURN(UniqueFd listen_fd, listenUnix(spec.dir + "/agent.sock"));
+  int pair[2];
+  if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, pair) < 0) return sysError(errno, "socketpair");
+  UniqueFd host_sync(pair[0]), child_sync(pair[1]);
+  UniqueFd agent_fd(open(config_.agent_binary.c_str(), O_PATH | O_CLOEXEC));
+  if (!agent_fd) return sysError(errno, "open {}", config_.agent_binary);
+  const std::string stdio_path = config_.agent_log_path.empty() ? "/dev/null" : config_.agent_log_path;
+  UniqueFd stdio(open(stdio_path.c_str(), O_RDWR | O_CREAT | O_APPEND | O_CLOEXEC, 0600));
+  if (!stdio) return sysError(errno, "open {}", stdio_path);
+
+  ASSIGN_OR_RETURN(AgentChild child, spawnAgentChild(agent_fd.get(), child_sync.get(), listen_fd.get(), stdio.get()));
+  persisted.state["pid"] = child.pid;
+  ASSIGN_OR_RETURN(uint64_t start_time, processStartTime(child.pid));
+  persisted.state["start_time"] = start_time;
+  child_sync.reset();  // the host must see EOF when the child dies
+
+  TRY(writeIdMaps(child.pid, spec.uid_base, spec.uid_count));
+  TRY(cgroups_->addProcess(spec.id, child.pid));
+  TRY(buildRootfs(child.pid, spec.template_rootfs, spec.dir));
+
+  JailInitConfig init;
+  init.rootfs = spec.dir + "/rootfs";
+  init.hostname = spec.hostname;
+  init.nofile = spec.limits.nofile;
+  init.shm_bytes = config_.shm_bytes;
+  init.env = spec.env;
+  init.seccomp_policy = seccomp_policy_text_;
+  TRY(sendMessage(host_sync.get(), std::string(1, kGoByte)));
+  TRY(sendMessage(host_sync.get(), init.toJson().dump()));
+
+  auto deadline = std::chrono::steady_clock::now() + config_.start_timeout;
+  for (;;) {
+    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+    if (left.count() <= 0) return makeError(ErrorKind::kUnavailable, "sandbox init: timed out");
+    auto raw = receiveMessage(host_sync.get(), left);
+    if (!raw) return tl::unexpected(raw.error().context("sandbox init"));
+    HandshakeMessage m = parseMessage(*raw);
+    if (m.kind == "note") {
+      spdlog::info("sandbox {}: {}", spec.id, m.text);
+    } else if (m.kind == "mounted") {
+      unmountHostCopies(spec.dir);
+    } else if (m.kind == "ready") {
+      return ok();
+    } else if (m.kind == "error") {
+      Error e{ErrorKind::kInternal, m.err, fmt::format("containment step {} failed: {}", m.step, m.text)};
+      if (m.err == ENOSPC || m.err == EDQUOT) e.kind = ErrorKind::kResourceExhausted;
+      return tl::unexpected(e);
+    } else {
+      return makeError(ErrorKind::kInternal, "sandbox init: unexpected message '{}'", *raw);
+    }
+  }
+}
+
+Status JailRuntime::destroy(const PersistedInstance& inst) {
+  const auto& s = inst.state;
+  std::string dir = s.value("dir", std::string());
+  if (s.contains("pid") && s.contains("start_time"))
+    TRY(killAndWait(s["pid"].get<int>(), s["start_time"].get<uint64_t>()));
+  if (!dir.empty()) unmountHostCopies(dir);
+  TRY(cgroups_->remove(s.value("cgroup", inst.id)));
+  if (!dir.empty()) {
+    struct stat st;
+    if (lstat(dir.c_str(), &st) == 0) TRY(volume_.removeSandboxDir(dir, s.value("project_id", 0u)));
+  }
+  return ok();
+}
+
+Result<Instance> JailRuntime::reattach(const PersistedInstance& inst) {
+  int pid = inst.state.value("pid", 0);
+  if (!sameProcess(pid, inst.state.value("start_time", uint64_t{0})))
+    return makeError(ErrorKind::kNotFound, "sandbox {}: init process {} is gone", inst.id, pid);
+  std::string sock = inst.state.value("dir", std::string()) + "/agent.sock";
+  auto agent = agent::AgentClient::connectUnix(sock, kAgentConnectTimeout);
+  if (!agent) return tl::unexpected(agent.error().context("reattach sandbox " + inst.id));
+  return Instance{inst.id, pid, std::move(*agent), inst};
+}
+
+Result<runtime::Usage> JailRuntime::usage(const PersistedInstance& inst) {
+  ASSIGN_OR_RETURN(CgroupUsage cg, cgroups_->usage(inst.state.value("cgroup", inst.id)));
+  runtime::Usage u;
+  u.memory_bytes = cg.memory_bytes;
+  u.cpu_usage_ns = cg.cpu_usage_ns;
+  u.pids = cg.pids;
+  if (auto disk = volume_.usage(inst.state.value("project_id", 0u))) u.disk_bytes = disk->bytes;
+  return u;
+}
+
+Status JailRuntime::pause(Instance&) { return makeError(ErrorKind::kUnsupported, "jail: pause not supported yet"); }
+Status JailRuntime::resume(Instance&) { return makeError(ErrorKind::kUnsupported, "jail: resume not supported yet"); }
+Result<runtime::SnapshotRef> JailRuntime::snapshot(Instance&, runtime::SnapshotKind) {
+  return makeError(ErrorKind::kUnsupported, "jail: snapshot not supported yet");
+}
+Result<Instance> JailRuntime::restore(const runtime::SnapshotRef&, const SandboxSpec&) {
+  return makeError(ErrorKind::kUnsupported, "jail: restore not supported yet");
+}
+
+}  // namespace space::jail

@@ -1,0 +1,71 @@
+// JailRuntime: the namespace-jail tier. Each sandbox is a space-agent running as PID 1 of fresh user, pid,
+// net, ipc, uts, mount, cgroup and time namespaces, on an overlay of the template, under cgroup limits and
+// an XFS project quota, with capabilities, Landlock and a seccomp allow-list applied before it serves.
+// Sequence and rationale: docs/decisions/0002-jail-containment.md.
+#pragma once
+
+#include <chrono>
+#include <memory>
+#include <string>
+
+#include "runtime/jail/cgroup.h"
+#include "runtime/jail/quota_volume.h"
+#include "runtime/runtime.h"
+
+namespace space::jail {
+
+struct JailConfig {
+  std::string state_dir;                 // holds disk.xfs and the volume mount point sandboxes/
+  std::string agent_binary;              // static space-agent
+  std::string seccomp_policy;            // path of the JSON policy (policies/seccomp/default.json)
+  std::string cgroup_parent = "space";
+  uint64_t disk_volume_bytes = 64ull << 30;
+  std::chrono::milliseconds start_timeout{10000};
+  uint64_t shm_bytes = 64ull << 20;      // /dev/shm tmpfs cap inside each sandbox
+  // Debugging only: the agent's stdout/stderr go to this host file instead of /dev/null. Sandbox code can
+  // write to it (it is the agent's stderr), so never set it in production.
+  std::string agent_log_path;
+};
+
+class JailRuntime : public runtime::Runtime {
+ public:
+  // Mounts (or reuses) the quota volume, picks the cgroup backend and validates the seccomp policy.
+  static Result<std::unique_ptr<JailRuntime>> create(const JailConfig& config);
+
+  std::string name() const override { return "jail"; }
+  runtime::Capabilities capabilities() const override { return {}; }
+
+  Result<runtime::Instance> start(const runtime::SandboxSpec& spec) override;
+  Status pause(runtime::Instance& inst) override;
+  Status resume(runtime::Instance& inst) override;
+  Result<runtime::SnapshotRef> snapshot(runtime::Instance& inst, runtime::SnapshotKind kind) override;
+  Result<runtime::Instance> restore(const runtime::SnapshotRef& ref, const runtime::SandboxSpec& spec) override;
+  Status destroy(const runtime::PersistedInstance& inst) override;
+  Result<runtime::Instance> reattach(const runtime::PersistedInstance& inst) override;
+  Result<runtime::Usage> usage(const runtime::PersistedInstance& inst) override;
+
+  CgroupKind cgroupKind() const { return cgroups_->kind(); }
+  const std::string& volumeMountPoint() const { return volume_.mountPoint(); }
+
+ private:
+  JailRuntime(JailConfig config, QuotaVolume volume, std::unique_ptr<CgroupBackend> cgroups, std::string policy);
+  Status launch(const runtime::SandboxSpec& spec, runtime::PersistedInstance& persisted);
+
+  JailConfig config_;
+  QuotaVolume volume_;
+  std::unique_ptr<CgroupBackend> cgroups_;
+  std::string seccomp_policy_text_;
+};
+
+// What SPACE left in the kernel and on disk (for tests and start-up reconciliation).
+struct Leftovers {
+  std::vector<std::string> mounts;     // mount points under <state_dir>/sandboxes/ (the volume itself excluded)
+  std::vector<std::string> cgroups;    // group directories under the parent, every hierarchy
+  std::vector<int> pids;               // processes whose real uid lies in [uid_lo, uid_hi)
+  bool empty() const { return mounts.empty() && cgroups.empty() && pids.empty(); }
+  std::string describe() const;
+};
+Result<Leftovers> findLeftovers(const std::string& state_dir, const std::string& cgroup_parent, uint32_t uid_lo,
+                                uint32_t uid_hi);
+
+}  // namespace space::jail

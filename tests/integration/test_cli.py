@@ -1,0 +1,199 @@
+"""The space CLI against the real daemon."""
+
+import json
+import os
+import re
+
+import pytest
+
+import spacelib
+
+ID_RE = re.compile(r"^sb-[0-9a-f]{12}$")
+
+
+@pytest.fixture
+def cli(daemon):
+    made = []
+
+    def run(*args, **kw):
+        r = spacelib.run_cli(daemon.sock, *args, **kw)
+        for sid in spacelib.SANDBOX_ID_RE.findall(r.stdout.decode(errors="replace")):
+            if args and args[0] in ("create", "run"):
+                made.append(sid)
+                daemon.client.created.add(sid)
+        return r
+
+    run.made = made
+    yield run
+    for sid in made:
+        daemon.client.delete(sid, missing_ok=True)
+
+
+def out(r):
+    return r.stdout.decode(errors="replace")
+
+
+def err(r):
+    return r.stderr.decode(errors="replace")
+
+
+def test_create_prints_only_an_id(cli, client):
+    r = cli("create", "--template", "busybox", "--label", "via=cli")
+    assert r.returncode == 0, err(r)
+    sid = out(r).strip()
+    assert ID_RE.match(sid), repr(out(r))
+    assert out(r) == sid + "\n"
+    cli.made.append(sid)
+    sb = client.get(sid)
+    assert sb["labels"] == {"via": "cli"}
+    assert sb["state"] == "running"
+
+
+def test_create_with_options(cli, client):
+    r = cli("create", "--template", "busybox", "--cpus", "0.5", "--memory", "256M", "--pids", "128",
+            "--disk", "128M", "--env", "GREETING=hi there", "--ttl", "300s")
+    assert r.returncode == 0, err(r)
+    sid = out(r).strip()
+    cli.made.append(sid)
+    sb = client.get(sid)
+    assert sb["limits"]["memory_mib"] == 256
+    assert sb["limits"]["pids"] == 128
+    assert sb["limits"]["disk_mib"] == 128
+    assert sb["limits"]["cpus"] == pytest.approx(0.5)
+    assert sb.get("expires_at")
+    assert client.sh(sid, "echo $GREETING").out == "hi there\n"
+
+
+def test_exec_output_and_exit_code(cli, sandbox):
+    r = cli("exec", sandbox, "--", "sh", "-c", "echo to-out; echo to-err >&2; exit 7")
+    assert r.returncode == 7, (r.returncode, err(r))
+    assert out(r) == "to-out\n"
+    assert "to-err\n" in err(r)
+    r = cli("exec", sandbox, "--", "true")
+    assert r.returncode == 0
+    r = cli("exec", sandbox, "--", "sh", "-c", "kill -9 $$")
+    assert r.returncode == 128 + 9, r.returncode
+
+
+def test_exec_options(cli, sandbox):
+    r = cli("exec", "--env", "A=1", "--cwd", "/tmp", "--user", "user", sandbox, "--", "sh", "-c",
+            'echo "$A $(pwd) $(id -u)"')
+    if r.returncode != 0:
+        # options after the id
+        r = cli("exec", sandbox, "--env", "A=1", "--cwd", "/tmp", "--user", "user", "--", "sh", "-c",
+                'echo "$A $(pwd) $(id -u)"')
+    assert r.returncode == 0, err(r)
+    assert out(r) == "1 /tmp 1000\n"
+
+
+def test_exec_timeout_is_124(cli, sandbox):
+    r = cli("exec", sandbox, "--timeout", "1s", "--", "sleep", "60")
+    if r.returncode not in (124,):
+        r = cli("exec", sandbox, "--timeout", "1", "--", "sleep", "60")
+    assert r.returncode == 124, (r.returncode, err(r))
+
+
+def test_exec_stdin_is_forwarded(cli, sandbox):
+    r = cli("exec", sandbox, "--", "cat", input=b"piped in\n")
+    assert r.returncode == 0, err(r)
+    assert out(r) == "piped in\n"
+
+
+def test_run(cli, client):
+    before = {s["id"] for s in client.list()}
+    r = cli("run", "--template", "busybox", "--", "sh", "-c", "echo from-run; exit 3")
+    assert r.returncode == 3, err(r)
+    assert "from-run\n" in out(r)
+    # run is one-shot: the sandbox is gone afterwards
+    after = {s["id"] for s in client.list()}
+    assert not (after - before), f"run left sandboxes behind: {after - before}"
+
+
+def test_cp_both_directions(cli, sandbox, tmp_path):
+    src = tmp_path / "in.bin"
+    data = os.urandom(300_000)
+    src.write_bytes(data)
+    r = cli("cp", str(src), f"{sandbox}:/tmp/in.bin")
+    assert r.returncode == 0, err(r)
+    import hashlib
+    dst = tmp_path / "out.bin"
+    r = cli("cp", f"{sandbox}:/tmp/in.bin", str(dst))
+    assert r.returncode == 0, err(r)
+    assert dst.read_bytes() == data
+    r = cli("exec", sandbox, "--", "sha256sum", "/tmp/in.bin")
+    assert out(r).split()[0] == hashlib.sha256(data).hexdigest()
+
+
+def test_cp_missing_file_fails(cli, sandbox, tmp_path):
+    r = cli("cp", f"{sandbox}:/no/such/file", str(tmp_path / "x"))
+    assert r.returncode != 0
+    assert err(r).strip(), "an error message is expected on stderr"
+    assert not (tmp_path / "x").exists() or (tmp_path / "x").stat().st_size == 0
+
+
+def test_ls_json_and_inspect_and_rm(cli, client):
+    r = cli("create", "--template", "busybox", "--label", "k=v")
+    sid = out(r).strip()
+    cli.made.append(sid)
+    r = cli("ls", "--json")
+    assert r.returncode == 0, err(r)
+    data = json.loads(out(r))
+    items = data["sandboxes"] if isinstance(data, dict) else data
+    assert sid in {s["id"] for s in items}
+    r = cli("ls")
+    assert r.returncode == 0 and sid in out(r)
+    r = cli("inspect", sid)
+    assert r.returncode == 0, err(r)
+    assert sid in out(r)
+    r = cli("rm", sid)
+    assert r.returncode == 0, err(r)
+    assert sid not in {s["id"] for s in client.list()}
+    r = cli("inspect", sid)
+    assert r.returncode != 0
+    assert "not found" in err(r).lower(), err(r)
+
+
+def test_background_processes_via_cli(cli, sandbox):
+    r = cli("start", sandbox, "--", "sh", "-c", "echo bg-out; exec sleep 1000")
+    assert r.returncode == 0, err(r)
+    proc = out(r).strip().split()[0]
+    r = cli("ps", sandbox)
+    assert r.returncode == 0 and "sleep" in out(r), out(r)
+    r = spacelib.wait_for(lambda: (lambda x: x if "bg-out" in out(x) else None)(cli("logs", sandbox, proc)),
+                          timeout=20, what="logs via cli")
+    assert out(r) == "bg-out\n"
+    r = cli("kill", sandbox, proc, "TERM")
+    assert r.returncode == 0, err(r)
+    r = cli("logs", sandbox, proc, "-f", timeout=60)
+    assert r.returncode in (0, 128 + 15), (r.returncode, err(r))
+
+
+def test_templates_and_keys_via_cli(cli):
+    r = cli("template", "ls")
+    assert r.returncode == 0 and "busybox" in out(r), out(r)
+    r = cli("key", "create", "cli-test-key")
+    assert r.returncode == 0, err(r)
+    r = cli("key", "ls")
+    assert r.returncode == 0 and "cli-test-key" in out(r), out(r)
+    r = cli("key", "revoke", "cli-test-key")
+    assert r.returncode == 0, err(r)
+
+
+def test_unreachable_daemon(binaries, tmp_path):
+    r = spacelib.run_cli(str(tmp_path / "nonexistent.sock"), "ls")
+    assert r.returncode != 0
+    msg = err(r).lower()
+    assert "nonexistent" in msg or "connect" in msg or "reach" in msg, err(r)
+    assert "spaced" in msg or "daemon" in msg or "connect" in msg, err(r)
+    r = spacelib.run_cli("/nonexistent", "ls", env={"SPACE_HOST": "unix:///nonexistent"})
+    assert r.returncode != 0
+    assert err(r).strip()
+
+
+def test_unknown_sandbox_and_bad_usage(cli):
+    r = cli("exec", "sb-000000000000", "--", "true")
+    assert r.returncode != 0 and "not found" in err(r).lower(), err(r)
+    r = cli("no-such-command")
+    assert r.returncode != 0 and err(r).strip()
+    r = cli("create", "--memory", "lots")
+    assert r.returncode != 0 and err(r).strip()
