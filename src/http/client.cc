@@ -1,5 +1,7 @@
 #include "http/client.h"
 
+#include <limits>
+
 #include <boost/asio/connect.hpp>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/local/stream_protocol.hpp>
@@ -80,7 +82,7 @@ void setCommon(bhttp::request<Body>& req, const std::string& host, const std::st
 // Reads a response; the body streams to sink when given and the status is a success.
 Result<ClientResponse> readResponse(Client::Conn& c, const Endpoint& ep, const BodySink* sink) {
   bhttp::response_parser<bhttp::buffer_body> parser;
-  parser.body_limit(boost::none);
+  parser.body_limit(std::numeric_limits<std::uint64_t>::max());  // see server.cc on boost::none
   beast::error_code ec;
   bhttp::read_header(c.sock, c.buf, parser, ec);
   if (ec) return tl::unexpected(transportError(ep, ec, "reading response from"));
@@ -125,7 +127,12 @@ Result<ClientResponse> Client::stream(const std::string& method, const std::stri
   req.prepare_payload();
   beast::error_code ec;
   bhttp::write(conn->sock, req, ec);
-  if (ec) return tl::unexpected(transportError(endpoint_, ec, "sending request to"));
+  if (ec) {
+    // The daemon may have refused the request (413) and closed before reading all of it.
+    auto early = readResponse(*conn, endpoint_, nullptr);
+    if (early) return early;
+    return tl::unexpected(transportError(endpoint_, ec, "sending request to"));
+  }
   return readResponse(*conn, endpoint_, sink ? &sink : nullptr);
 }
 

@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <limits>
 #include <atomic>
 #include <condition_variable>
 #include <filesystem>
@@ -51,6 +52,19 @@ std::string peerName(asio::ip::tcp::socket& s) {
   beast::error_code ec;
   auto ep = s.remote_endpoint(ec);
   return ec ? std::string("tcp") : fmt::format("{}:{}", ep.address().to_string(), ep.port());
+}
+
+// After answering early (413, 404 on an upload), closing with unread request bytes would make TCP send
+// a reset that can destroy the answer before the client reads it. Half-close, then discard a bounded
+// amount of what the client is still sending.
+void lingeringClose(Socket& sock, Conn& conn) {
+  beast::error_code ec;
+  sock.shutdown(asio::socket_base::shutdown_send, ec);
+  char sink[16384];
+  size_t total = 0;
+  conn.arm(std::chrono::seconds(2));
+  while (!ec && total < (8u << 20)) total += sock.read_some(asio::buffer(sink), ec);
+  conn.disarm();
 }
 
 class BodyReaderImpl : public BodyReader {
@@ -289,7 +303,9 @@ void Server::Impl::serve(int fd, generic_proto proto, bool trusted, std::string 
   while (!stopping && !ec) {
     bhttp::request_parser<bhttp::buffer_body> parser;
     parser.header_limit(static_cast<uint32_t>(opts.header_limit));
-    parser.body_limit(boost::none);  // JSON routes limit themselves; uploads are unlimited by design
+    // JSON routes limit themselves; uploads are unlimited by design. Not boost::none: Beast 1.74 compares
+    // an empty optional limit as "exceeded" for bodies with a Content-Length.
+    parser.body_limit(std::numeric_limits<std::uint64_t>::max());
     conn.arm(opts.header_timeout);
     bhttp::read_header(sock, buf, parser, ec);
     conn.disarm();
@@ -351,7 +367,11 @@ void Server::Impl::serve(int fd, generic_proto proto, bool trusted, std::string 
       (void)resp.send(500, "application/json", errorBody("internal", "the handler sent no response"));
     }
     // A response cut short, or a body left unread, leaves the byte stream out of step: close.
-    if (resp.broken() || !resp.finished() || !body.done() || !head.keep_alive()) break;
+    if (!resp.broken() && resp.finished() && !body.done()) {
+      lingeringClose(sock, conn);
+      break;
+    }
+    if (resp.broken() || !resp.finished() || !head.keep_alive()) break;
   }
   {
     std::lock_guard lock(mu);

@@ -27,7 +27,8 @@ class WebSocketImpl : public WebSocket, public std::enable_shared_from_this<WebS
     ioc_->restart();
     ioc_->run();
     on_message_ = nullptr;
-    if (read_error_ && read_error_ != ws::error::closed) {
+    // After our own close, however the read side ended (closed, cancelled, EOF) the session ended cleanly.
+    if (read_error_ && read_error_ != ws::error::closed && !closed_) {
       return makeError(ErrorKind::kUnavailable, "websocket: {}", read_error_.message());
     }
     return ok();

@@ -76,8 +76,8 @@ Status migrate(sql::Db& db) {
     ASSIGN_OR_RETURN(auto tx, sql::Transaction::begin(db));
     ASSIGN_OR_RETURN(int version, schemaVersion(db));
     if (version > latestSchemaVersion()) {
-      return makeError(ErrorKind::kUnsupported, "database schema version {} is newer than this build ({})",
-                       version, latestSchemaVersion());
+      return makeError(ErrorKind::kUnsupported, "database schema version {} is newer than this build ({})", version,
+                       latestSchemaVersion());
     }
     if (version == latestSchemaVersion()) return ok();
     int next = version + 1;

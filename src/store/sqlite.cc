@@ -13,12 +13,17 @@ constexpr int kBusyTimeoutMs = 5000;
 
 ErrorKind kindOf(int rc) {
   switch (rc & 0xff) {
-    case SQLITE_CONSTRAINT: return ErrorKind::kConflict;
+    case SQLITE_CONSTRAINT:
+      return ErrorKind::kConflict;
     case SQLITE_BUSY:
-    case SQLITE_LOCKED: return ErrorKind::kUnavailable;
-    case SQLITE_FULL: return ErrorKind::kResourceExhausted;
-    case SQLITE_CANTOPEN: return ErrorKind::kNotFound;
-    default: return ErrorKind::kInternal;
+    case SQLITE_LOCKED:
+      return ErrorKind::kUnavailable;
+    case SQLITE_FULL:
+      return ErrorKind::kResourceExhausted;
+    case SQLITE_CANTOPEN:
+      return ErrorKind::kNotFound;
+    default:
+      return ErrorKind::kInternal;
   }
 }
 

@@ -23,7 +23,9 @@ int64_t nowMs() {
 
 // JSON written by SPACE may still contain strings that are not valid UTF-8 (labels, env from a client);
 // replacing bad bytes beats throwing half-way through a write.
-std::string dumpJson(const nlohmann::json& j) { return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace); }
+std::string dumpJson(const nlohmann::json& j) {
+  return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+}
 
 Result<nlohmann::json> parseJson(const std::string& text, std::string_view what) {
   auto j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
@@ -127,8 +129,9 @@ class SqliteStore final : public Store {
   Status putTemplate(const TemplateRecord& t) override {
     auto lock = db_.lock();
     auto r = [&]() -> Status {
-      ASSIGN_OR_RETURN(auto stmt, db_.prepare(fmt::format("INSERT OR REPLACE INTO templates ({}) VALUES (?, ?, ?, ?, ?, ?)",
-                                                           kTemplateColumns)));
+      ASSIGN_OR_RETURN(auto stmt,
+                       db_.prepare(fmt::format("INSERT OR REPLACE INTO templates ({}) VALUES (?, ?, ?, ?, ?, ?)",
+                                               kTemplateColumns)));
       TRY(stmt.bindAll(t.name, t.id, t.rootfs, dumpJson(t.source), static_cast<int64_t>(t.size_bytes),
                        t.created_ms ? t.created_ms : nowMs()));
       return stmt.run();
@@ -139,7 +142,8 @@ class SqliteStore final : public Store {
   Result<TemplateRecord> getTemplate(const std::string& name) override {
     auto lock = db_.lock();
     auto r = [&]() -> Result<TemplateRecord> {
-      ASSIGN_OR_RETURN(auto stmt, db_.prepare(fmt::format("SELECT {} FROM templates WHERE name = ?", kTemplateColumns)));
+      ASSIGN_OR_RETURN(auto stmt,
+                       db_.prepare(fmt::format("SELECT {} FROM templates WHERE name = ?", kTemplateColumns)));
       TRY(stmt.bind(1, name));
       ASSIGN_OR_RETURN(bool row, stmt.step());
       if (!row) return makeError(ErrorKind::kNotFound, "no template named {}", name);
@@ -208,10 +212,10 @@ class SqliteStore final : public Store {
   Status updateSandbox(const SandboxRecord& s) override {
     auto lock = db_.lock();
     auto r = [&]() -> Status {
-      ASSIGN_OR_RETURN(auto stmt, db_.prepare(
-                                      "UPDATE sandboxes SET template_name = ?, template_id = ?, state = ?, runtime = ?, "
-                                      "spec = ?, labels = ?, uid_slot = ?, created_ms = ?, expires_ms = ?, "
-                                      "persisted = ?, error = ?, pooled = ? WHERE id = ?"));
+      ASSIGN_OR_RETURN(auto stmt,
+                       db_.prepare("UPDATE sandboxes SET template_name = ?, template_id = ?, state = ?, runtime = ?, "
+                                   "spec = ?, labels = ?, uid_slot = ?, created_ms = ?, expires_ms = ?, "
+                                   "persisted = ?, error = ?, pooled = ? WHERE id = ?"));
       TRY(bindSandboxFields(stmt, 1, s));
       TRY(stmt.bind(13, s.id));
       TRY(stmt.run());

@@ -4,10 +4,10 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <filesystem>
 #include <regex>
-#include <algorithm>
 
 #include "common/defer.h"
 #include "common/unique_fd.h"
@@ -212,16 +212,19 @@ Status TemplateBuilder::removeInterruptedBuilds() {
   std::lock_guard lock(mu_);
   std::error_code ec;
   if (!fs::exists(templates_dir_, ec)) return ok();
-  std::vector<std::string> doomed;
+  std::vector<std::string> doomed, trees;
   for (const auto& entry : fs::directory_iterator(templates_dir_, ec)) {
     std::string name = entry.path().filename().string();
     if (name.starts_with(kTmpPrefix)) doomed.push_back(entry.path().string());
+    if (isHashDirName(name)) trees.push_back(name);
   }
   if (ec) return sysError(ec.value(), "list {}", templates_dir_);
   for (const auto& path : doomed) {
     fs::remove_all(path, ec);
     if (ec) return sysError(ec.value(), "remove interrupted build {}", path);
   }
+  // A crash between publishing a tree and writing its row leaves a tree nothing refers to.
+  for (const auto& hash : trees) TRY(dropTreeIfUnused(fmt::format("{}{}", kIdPrefix, hash)));
   return ok();
 }
 

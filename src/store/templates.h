@@ -50,7 +50,8 @@ class TemplateBuilder {
   // runs from that tree, kNotFound for an unknown name.
   Status remove(const std::string& name);
 
-  // Deletes temporary trees of builds cut short by a crash. Call once at start-up, before any build.
+  // Deletes what a crash can leave behind: temporary trees of unfinished builds and removals, and trees no
+  // template or sandbox refers to. Call once at start-up, before any build, after sandbox rows are loaded.
   Status removeInterruptedBuilds();
 
   const std::string& templatesDir() const { return templates_dir_; }

@@ -102,8 +102,8 @@ class Walker {
     struct stat st;
     if (::fstatat(dirfd, name.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0) return sysError(errno, "stat {}", rel);
     ++digest_.entries;
-    std::vector<std::string> fields = {rel, "", fmt::format("{:o}", st.st_mode & 07777),
-                                       std::to_string(st.st_uid), std::to_string(st.st_gid)};
+    std::vector<std::string> fields = {rel, "", fmt::format("{:o}", st.st_mode & 07777), std::to_string(st.st_uid),
+                                       std::to_string(st.st_gid)};
     switch (st.st_mode & S_IFMT) {
       case S_IFREG: {
         fields[1] = "f";
@@ -123,7 +123,9 @@ class Walker {
         digest_.size_bytes += static_cast<uint64_t>(st.st_size);
         break;
       }
-      case S_IFDIR: fields[1] = "d"; break;
+      case S_IFDIR:
+        fields[1] = "d";
+        break;
       case S_IFLNK: {
         fields[1] = "l";
         std::string target(static_cast<size_t>(st.st_size) + 1, '\0');
@@ -139,9 +141,14 @@ class Walker {
         fields.push_back(std::to_string(major(st.st_rdev)));
         fields.push_back(std::to_string(minor(st.st_rdev)));
         break;
-      case S_IFIFO: fields[1] = "p"; break;
-      case S_IFSOCK: fields[1] = "s"; break;
-      default: return makeError(ErrorKind::kInvalidArgument, "{}: unknown file type {:o}", rel, st.st_mode & S_IFMT);
+      case S_IFIFO:
+        fields[1] = "p";
+        break;
+      case S_IFSOCK:
+        fields[1] = "s";
+        break;
+      default:
+        return makeError(ErrorKind::kInvalidArgument, "{}: unknown file type {:o}", rel, st.st_mode & S_IFMT);
     }
     ASSIGN_OR_RETURN(auto xattrs, readXattrs(rel == "." ? root_ : root_ + "/" + rel, rel));
     fields.push_back(std::to_string(xattrs.size()));

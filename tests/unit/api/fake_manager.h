@@ -231,7 +231,10 @@ class FakeManager : public core::SandboxManager {
     if (!sandboxes.erase(id)) return makeError(ErrorKind::kNotFound, "no sandbox {}", id);
     return ok();
   }
-  Status pause(const std::string&) override { return makeError(ErrorKind::kUnsupported, "pause is not implemented yet"); }
+  Status pause(const std::string& id) override {
+    TRY(get(id));
+    return makeError(ErrorKind::kUnsupported, "pause is not implemented yet");
+  }
   Status resume(const std::string&) override { return makeError(ErrorKind::kUnsupported, "resume is not implemented yet"); }
   Result<std::shared_ptr<agent::AgentClient>> agent(const std::string& id) override {
     if (!get(id)) return makeError(ErrorKind::kNotFound, "no sandbox {}", id);

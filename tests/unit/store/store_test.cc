@@ -1,9 +1,8 @@
 #include "store/store.h"
 
 #include <gtest/gtest.h>
-#include <sys/stat.h>
-
 #include <signal.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 
 #include <filesystem>

@@ -1,7 +1,7 @@
 #include "store/templates.h"
 
-#include <gtest/gtest.h>
 #include <fcntl.h>
+#include <gtest/gtest.h>
 #include <sys/stat.h>
 #include <sys/xattr.h>
 #include <unistd.h>
@@ -35,8 +35,8 @@ class TemplatesTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
     busybox_dir_ = new std::string(makeTempDir("busybox") + "/rootfs");
-    auto r = runCommand({"bash", std::string(SPACE_SOURCE_DIR) + "/scripts/make-busybox-rootfs", *busybox_dir_},
-                        nullptr);
+    auto r =
+        runCommand({"bash", std::string(SPACE_SOURCE_DIR) + "/scripts/make-busybox-rootfs", *busybox_dir_}, nullptr);
     ASSERT_TRUE(r) << r.error().message;
   }
   static void TearDownTestSuite() {
@@ -87,7 +87,8 @@ TEST(TemplateNameTest, Validation) {
   for (std::string ok : std::vector<std::string>{"a", "base", "py3.11", "debian-12_slim", "0", std::string(63, 'a')}) {
     EXPECT_TRUE(validateTemplateName(ok)) << ok;
   }
-  for (std::string bad : std::vector<std::string>{"", "-a", ".a", "_a", "A", "a/b", "a b", "..", "a\n", std::string(64, 'a'), "é"}) {
+  for (std::string bad :
+       std::vector<std::string>{"", "-a", ".a", "_a", "A", "a/b", "a b", "..", "a\n", std::string(64, 'a'), "é"}) {
     auto r = validateTemplateName(bad);
     ASSERT_FALSE(r) << bad;
     EXPECT_EQ(r.error().kind, ErrorKind::kInvalidArgument);
@@ -111,7 +112,8 @@ TEST_F(TemplatesTest, BuildFromDirectory) {
   EXPECT_EQ(st.st_mode & 07777, 01777);
   ASSERT_EQ(::stat((t->rootfs + "/home/user").c_str(), &st), 0);
   EXPECT_EQ(st.st_uid, ::geteuid() == 0 ? 1000u : ::geteuid());
-  for (const char* d : {"proc", "dev", "sys", "run", "root", "etc"}) EXPECT_TRUE(fs::is_directory(t->rootfs + "/" + d)) << d;
+  for (const char* d : {"proc", "dev", "sys", "run", "root", "etc"})
+    EXPECT_TRUE(fs::is_directory(t->rootfs + "/" + d)) << d;
 
   auto stored = store_->getTemplate("busybox");
   ASSERT_TRUE(stored);
@@ -319,11 +321,21 @@ TEST_F(TemplatesTest, RebuildUnderSameNameDropsTheOrphanedTree) {
 
 TEST_F(TemplatesTest, InterruptedBuildsAreRemovedAtStartUp) {
   fs::create_directories(state_ + "/templates/tmp-deadbeef/rootfs/bin");
+  fs::create_directories(state_ + "/templates/" + std::string(64, 'a') + "/rootfs");  // published, no row
+  fs::create_directories(state_ + "/templates/" + std::string(64, 'b') + "/rootfs");  // a sandbox still uses it
+  SandboxRecord sb;
+  sb.id = "sb-1";
+  sb.template_id = "sha256:" + std::string(64, 'b');
+  ASSERT_TRUE(store_->insertSandbox(sb));
   auto t = build("busybox", "dir", *busybox_dir_);
   ASSERT_TRUE(t);
   ASSERT_TRUE(builder_->removeInterruptedBuilds());
-  EXPECT_EQ(storeEntries(), std::vector<std::string>{t->id.substr(7)});
+  std::vector<std::string> expected = {std::string(64, 'b'), t->id.substr(7)};
+  std::sort(expected.begin(), expected.end());
+  EXPECT_EQ(storeEntries(), expected);
 }
+
+TEST_F(TemplatesTest, NothingToCleanInAFreshStateDirectory) { EXPECT_TRUE(builder_->removeInterruptedBuilds()); }
 
 // ---- the tree hash on its own
 

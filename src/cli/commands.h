@@ -1,0 +1,52 @@
+// The space commands, free of CLI11 (main.cc maps flags onto these option structs). Each returns the
+// process exit code.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "cli/context.h"
+
+namespace space::cli {
+
+struct CreateOptions {
+  std::string template_name, isolation, cpus, memory, pids, disk, ttl;
+  std::vector<std::string> env, labels;
+};
+struct ExecOptions {
+  std::vector<std::string> env;
+  std::string cwd, user, timeout;
+  bool interactive = false;
+  std::vector<std::string> argv;
+};
+
+// Builds the create body from the flags (kInvalidArgument on bad sizes or pairs).
+Result<nlohmann::json> createBody(const CreateOptions& o);
+Result<nlohmann::json> execBody(const ExecOptions& o);
+// Splits a cp argument: "sb-1:/root/x" -> {"sb-1", "/root/x"}; a local path -> {"", path}.
+std::pair<std::string, std::string> splitRemote(const std::string& arg);
+
+int cmdCreate(Context& ctx, const CreateOptions& o);
+int cmdLs(Context& ctx, const std::vector<std::string>& labels, const std::string& state);
+int cmdInspect(Context& ctx, const std::string& id);
+int cmdRm(Context& ctx, const std::vector<std::string>& ids);
+int cmdExec(Context& ctx, const std::string& id, const ExecOptions& o);
+int cmdRun(Context& ctx, const CreateOptions& c, const ExecOptions& o);
+int cmdShell(Context& ctx, const std::string& id, const std::string& cmd);
+int cmdCp(Context& ctx, const std::string& src, const std::string& dst);
+int cmdLogs(Context& ctx, const std::string& id, const std::string& proc, bool follow);
+int cmdPs(Context& ctx, const std::string& id);
+int cmdStart(Context& ctx, const std::string& id, const ExecOptions& o);
+int cmdKill(Context& ctx, const std::string& id, const std::string& proc, const std::string& sig);
+int cmdKeyCreate(Context& ctx, const std::string& name);
+int cmdKeyLs(Context& ctx);
+int cmdKeyRevoke(Context& ctx, const std::string& id);
+
+struct TemplateBuildOptions {
+  std::string name, debootstrap, packages, variant, mirror, from_dir, from_tar;
+};
+int cmdTemplateBuild(Context& ctx, const TemplateBuildOptions& o);
+int cmdTemplateLs(Context& ctx);
+int cmdTemplateRm(Context& ctx, const std::string& name);
+
+}  // namespace space::cli

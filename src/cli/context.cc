@@ -1,0 +1,148 @@
+#include "cli/context.h"
+
+#include <cmath>
+#include <cstdlib>
+
+#include <fmt/format.h>
+
+namespace space::cli {
+
+Result<Context> contextFromEnv(bool json) {
+  const char* host = std::getenv("SPACE_HOST");
+  const char* key = std::getenv("SPACE_API_KEY");
+  ASSIGN_OR_RETURN(auto endpoint, http::parseEndpoint(host && *host ? host : "unix:///run/space/spaced.sock"));
+  return Context{http::Client(endpoint, key ? key : ""), json};
+}
+
+int fail(const Context* ctx, const Error& error) {
+  std::string hint;
+  switch (error.kind) {
+    case ErrorKind::kUnavailable:
+      if (error.message.find("cannot connect") != std::string::npos || error.message.find("cannot resolve") != std::string::npos) {
+        std::string where = ctx ? ctx->client.endpoint().text : "unix:///run/space/spaced.sock";
+        fmt::print(stderr, "space: daemon not reachable at {} ({})\n", where, error.message);
+        fmt::print(stderr, "hint: is spaced running? start it with scripts/quickstart, or point SPACE_HOST at it\n");
+        return 1;
+      }
+      hint = "the daemon is busy or the sandbox's agent went away; retry, or check 'space inspect ID'";
+      break;
+    case ErrorKind::kUnauthenticated:
+      hint = "set SPACE_API_KEY to a key made with 'space key create NAME' on the daemon's host";
+      break;
+    case ErrorKind::kNotFound:
+      hint = "'space ls' lists sandboxes, 'space template ls' templates";
+      break;
+    case ErrorKind::kConflict:
+      hint = "the sandbox is not in a state that allows this; see 'space inspect ID'";
+      break;
+    case ErrorKind::kResourceExhausted:
+      hint = "a quota or the disk is full; remove sandboxes with 'space rm ID' or ask for less";
+      break;
+    case ErrorKind::kUnsupported:
+      hint = "this runtime cannot do that yet";
+      break;
+    default:
+      break;
+  }
+  fmt::print(stderr, "space: {}\n", error.message);
+  if (!hint.empty()) fmt::print(stderr, "hint: {}\n", hint);
+  return 1;
+}
+
+Status checkResponse(const http::ClientResponse& resp) {
+  if (resp.status >= 200 && resp.status < 300) return ok();
+  return makeError(http::errorKindFromStatus(resp.status), "{}", http::errorMessageFromBody(resp.body));
+}
+
+Result<nlohmann::json> callJson(Context& ctx, const std::string& method, const std::string& target,
+                                const std::optional<nlohmann::json>& body) {
+  std::optional<std::string> text;
+  if (body) text = body->dump();
+  ASSIGN_OR_RETURN(auto resp, ctx.client.request(method, target, text));
+  TRY(checkResponse(resp));
+  if (resp.body.empty()) return nlohmann::json();
+  auto j = nlohmann::json::parse(resp.body, nullptr, false);
+  if (j.is_discarded()) return makeError(ErrorKind::kInternal, "the daemon answered with invalid JSON");
+  return j;
+}
+
+Result<uint64_t> parseSizeMiB(std::string_view text) {
+  std::string s(text);
+  if (s.empty()) return makeError(ErrorKind::kInvalidArgument, "empty size");
+  double mult = 1;  // MiB
+  char unit = static_cast<char>(std::toupper(static_cast<unsigned char>(s.back())));
+  if (s.size() >= 2 && (s.ends_with("i") || s.ends_with("B") || s.ends_with("b"))) {
+    s.pop_back();
+    unit = static_cast<char>(std::toupper(static_cast<unsigned char>(s.back())));
+  }
+  if (unit == 'K') mult = 1.0 / 1024;
+  if (unit == 'M') mult = 1;
+  if (unit == 'G') mult = 1024;
+  if (unit == 'T') mult = 1024 * 1024;
+  if (std::isalpha(static_cast<unsigned char>(unit))) {
+    if (unit != 'K' && unit != 'M' && unit != 'G' && unit != 'T') {
+      return makeError(ErrorKind::kInvalidArgument, "size '{}': use a number with M or G, e.g. 512M or 2G", text);
+    }
+    s.pop_back();
+  }
+  char* end = nullptr;
+  double v = std::strtod(s.c_str(), &end);
+  if (s.empty() || end != s.c_str() + s.size() || !(v > 0) || !std::isfinite(v)) {
+    return makeError(ErrorKind::kInvalidArgument, "size '{}': use a number with M or G, e.g. 512M or 2G", text);
+  }
+  return static_cast<uint64_t>(std::llround(v * mult));
+}
+
+Result<int64_t> parseDurationSeconds(std::string_view text) {
+  std::string s(text);
+  int64_t mult = 1;
+  if (!s.empty() && std::isalpha(static_cast<unsigned char>(s.back()))) {
+    switch (s.back()) {
+      case 's': mult = 1; break;
+      case 'm': mult = 60; break;
+      case 'h': mult = 3600; break;
+      case 'd': mult = 86400; break;
+      default: return makeError(ErrorKind::kInvalidArgument, "duration '{}': use s, m, h or d, e.g. 30m", text);
+    }
+    s.pop_back();
+  }
+  char* end = nullptr;
+  double v = std::strtod(s.c_str(), &end);
+  if (s.empty() || end != s.c_str() + s.size() || v < 0 || !std::isfinite(v) || v * mult > 1e12) {
+    return makeError(ErrorKind::kInvalidArgument, "duration '{}': use e.g. 90s, 30m, 2h", text);
+  }
+  return static_cast<int64_t>(std::llround(v * mult));
+}
+
+Result<std::pair<std::string, std::string>> parseKeyValue(std::string_view what, std::string_view text) {
+  size_t eq = text.find('=');
+  if (eq == std::string_view::npos || eq == 0) return makeError(ErrorKind::kInvalidArgument, "{} '{}' must be KEY=VALUE", what, text);
+  return std::make_pair(std::string(text.substr(0, eq)), std::string(text.substr(eq + 1)));
+}
+
+int exitCodeOf(const nlohmann::json& e) {
+  if (e.value("timed_out", false)) return 124;
+  int sig = e.value("signal", 0);
+  if (sig > 0) return 128 + sig;
+  int code = e.value("exit_code", 1);
+  return code < 0 ? 1 : code;
+}
+
+void printTable(const std::vector<std::string>& header, const std::vector<std::vector<std::string>>& rows) {
+  std::vector<size_t> width(header.size());
+  for (size_t i = 0; i < header.size(); ++i) width[i] = header[i].size();
+  for (const auto& r : rows) {
+    for (size_t i = 0; i < r.size() && i < width.size(); ++i) width[i] = std::max(width[i], r[i].size());
+  }
+  auto line = [&](const std::vector<std::string>& cells) {
+    std::string out;
+    for (size_t i = 0; i < cells.size(); ++i) {
+      out += i + 1 == cells.size() ? cells[i] : fmt::format("{:<{}}  ", cells[i], width[i]);
+    }
+    fmt::print("{}\n", out);
+  };
+  line(header);
+  for (const auto& r : rows) line(r);
+}
+
+}  // namespace space::cli

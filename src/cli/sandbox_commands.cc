@@ -1,0 +1,172 @@
+// create, ls, inspect, rm, keys and templates: request/response commands.
+#include <fmt/format.h>
+
+#include "cli/commands.h"
+#include "http/url.h"
+
+namespace space::cli {
+
+Result<nlohmann::json> createBody(const CreateOptions& o) {
+  nlohmann::json body = nlohmann::json::object();
+  if (!o.template_name.empty()) body["template"] = o.template_name;
+  if (!o.isolation.empty()) body["isolation"] = o.isolation;
+  if (!o.cpus.empty()) {
+    char* end = nullptr;
+    double cpus = std::strtod(o.cpus.c_str(), &end);
+    if (end != o.cpus.c_str() + o.cpus.size() || !(cpus > 0)) return makeError(ErrorKind::kInvalidArgument, "--cpus '{}' must be a number such as 0.5 or 2", o.cpus);
+    body["cpus"] = cpus;
+  }
+  if (!o.memory.empty()) {
+    ASSIGN_OR_RETURN(body["memory_mib"], parseSizeMiB(o.memory));
+  }
+  if (!o.disk.empty()) ASSIGN_OR_RETURN(body["disk_mib"], parseSizeMiB(o.disk));
+  if (!o.pids.empty()) {
+    char* end = nullptr;
+    long pids = std::strtol(o.pids.c_str(), &end, 10);
+    if (end != o.pids.c_str() + o.pids.size() || pids <= 0) return makeError(ErrorKind::kInvalidArgument, "--pids '{}' must be a whole number", o.pids);
+    body["pids"] = pids;
+  }
+  if (!o.ttl.empty()) {
+    ASSIGN_OR_RETURN(body["ttl_s"], parseDurationSeconds(o.ttl));
+  }
+  for (const auto& e : o.env) {
+    ASSIGN_OR_RETURN(auto kv, parseKeyValue("--env", e));
+    body["env"][kv.first] = kv.second;
+  }
+  for (const auto& l : o.labels) {
+    ASSIGN_OR_RETURN(auto kv, parseKeyValue("--label", l));
+    body["labels"][kv.first] = kv.second;
+  }
+  return body;
+}
+
+int cmdCreate(Context& ctx, const CreateOptions& o) {
+  auto body = createBody(o);
+  if (!body) return fail(&ctx, body.error());
+  auto j = callJson(ctx, "POST", "/v1/sandboxes", *body);
+  if (!j) return fail(&ctx, j.error());
+  if (ctx.json) {
+    fmt::print("{}\n", j->dump());
+  } else {
+    fmt::print("{}\n", j->value("id", ""));
+  }
+  return 0;
+}
+
+namespace {
+
+std::string str(const nlohmann::json& j, const char* key) {
+  if (!j.contains(key) || j[key].is_null()) return "-";
+  return j[key].is_string() ? j[key].get<std::string>() : j[key].dump();
+}
+
+std::string labelsText(const nlohmann::json& j) {
+  std::string out;
+  if (j.contains("labels") && j["labels"].is_object()) {
+    for (const auto& [k, v] : j["labels"].items()) out += (out.empty() ? "" : ",") + k + "=" + (v.is_string() ? v.get<std::string>() : v.dump());
+  }
+  return out.empty() ? "-" : out;
+}
+
+}  // namespace
+
+int cmdLs(Context& ctx, const std::vector<std::string>& labels, const std::string& state) {
+  std::string target = "/v1/sandboxes";
+  char sep = '?';
+  for (const auto& l : labels) {
+    target += fmt::format("{}label={}", sep, http::percentEncode(l));
+    sep = '&';
+  }
+  if (!state.empty()) target += fmt::format("{}state={}", sep, http::percentEncode(state));
+  auto j = callJson(ctx, "GET", target);
+  if (!j) return fail(&ctx, j.error());
+  const auto& list = (*j)["sandboxes"];
+  if (ctx.json) {
+    fmt::print("{}\n", list.dump());
+    return 0;
+  }
+  std::vector<std::vector<std::string>> rows;
+  for (const auto& s : list) {
+    rows.push_back({str(s, "id"), str(s, "template"), str(s, "state"), str(s, "isolation"), str(s, "created_at"), labelsText(s)});
+  }
+  printTable({"ID", "TEMPLATE", "STATE", "ISOLATION", "CREATED", "LABELS"}, rows);
+  return 0;
+}
+
+int cmdInspect(Context& ctx, const std::string& id) {
+  auto j = callJson(ctx, "GET", "/v1/sandboxes/" + http::percentEncode(id));
+  if (!j) return fail(&ctx, j.error());
+  fmt::print("{}\n", ctx.json ? j->dump() : j->dump(2));
+  return 0;
+}
+
+int cmdRm(Context& ctx, const std::vector<std::string>& ids) {
+  int rc = 0;
+  for (const auto& id : ids) {
+    auto j = callJson(ctx, "DELETE", "/v1/sandboxes/" + http::percentEncode(id));
+    if (!j) {
+      rc = fail(&ctx, j.error().context(id));
+      continue;
+    }
+    if (!ctx.json) fmt::print("{}\n", id);
+  }
+  return rc;
+}
+
+int cmdKeyCreate(Context& ctx, const std::string& name) {
+  auto j = callJson(ctx, "POST", "/v1/keys", nlohmann::json{{"name", name}});
+  if (!j) return fail(&ctx, j.error());
+  if (ctx.json) {
+    fmt::print("{}\n", j->dump());
+  } else {
+    fmt::print("{}\n", j->value("secret", ""));
+    fmt::print(stderr, "key {} ({}): the secret above is shown only once; use it as SPACE_API_KEY\n", j->value("id", ""), name);
+  }
+  return 0;
+}
+
+int cmdKeyLs(Context& ctx) {
+  auto j = callJson(ctx, "GET", "/v1/keys");
+  if (!j) return fail(&ctx, j.error());
+  if (ctx.json) {
+    fmt::print("{}\n", (*j)["keys"].dump());
+    return 0;
+  }
+  std::vector<std::vector<std::string>> rows;
+  for (const auto& k : (*j)["keys"]) {
+    rows.push_back({str(k, "id"), str(k, "name"), str(k, "prefix"), k.value("revoked_ms", 0) ? "revoked" : "active"});
+  }
+  printTable({"ID", "NAME", "PREFIX", "STATUS"}, rows);
+  return 0;
+}
+
+int cmdKeyRevoke(Context& ctx, const std::string& id) {
+  auto j = callJson(ctx, "DELETE", "/v1/keys/" + http::percentEncode(id));
+  if (!j) return fail(&ctx, j.error());
+  return 0;
+}
+
+int cmdTemplateLs(Context& ctx) {
+  auto j = callJson(ctx, "GET", "/v1/templates");
+  if (!j) return fail(&ctx, j.error());
+  if (ctx.json) {
+    fmt::print("{}\n", (*j)["templates"].dump());
+    return 0;
+  }
+  std::vector<std::vector<std::string>> rows;
+  for (const auto& t : (*j)["templates"]) {
+    uint64_t size = t.value("size_bytes", uint64_t{0});
+    rows.push_back({str(t, "name"), str(t, "id").substr(0, 19), fmt::format("{} MiB", size >> 20),
+                    t.contains("source") ? t["source"].value("kind", "-") : "-"});
+  }
+  printTable({"NAME", "ID", "SIZE", "SOURCE"}, rows);
+  return 0;
+}
+
+int cmdTemplateRm(Context& ctx, const std::string& name) {
+  auto j = callJson(ctx, "DELETE", "/v1/templates/" + http::percentEncode(name));
+  if (!j) return fail(&ctx, j.error());
+  return 0;
+}
+
+}  // namespace space::cli

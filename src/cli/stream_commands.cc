@@ -1,0 +1,233 @@
+// Commands that stream NDJSON from the daemon: exec, run, logs, template build; and the background
+// process commands next to them.
+#include <signal.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <iostream>
+#include <iterator>
+#include <thread>
+
+#include <fmt/format.h>
+
+#include "cli/commands.h"
+#include "http/base64.h"
+#include "http/url.h"
+
+namespace space::cli {
+namespace {
+
+Status writeAll(int fd, std::string_view data) {
+  while (!data.empty()) {
+    ssize_t n = ::write(fd, data.data(), data.size());
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return sysError(errno, "write output");
+    data.remove_prefix(static_cast<size_t>(n));
+  }
+  return ok();
+}
+
+// Splits the chunked body into lines and hands each parsed object to on_line.
+class NdjsonReader {
+ public:
+  explicit NdjsonReader(std::function<Status(const nlohmann::json&)> on_line) : on_line_(std::move(on_line)) {}
+  Status feed(std::string_view data) {
+    buf_.append(data);
+    size_t start = 0;
+    for (size_t nl; (nl = buf_.find('\n', start)) != std::string::npos; start = nl + 1) {
+      auto j = nlohmann::json::parse(buf_.substr(start, nl - start), nullptr, false);
+      if (j.is_discarded()) return makeError(ErrorKind::kInternal, "the daemon sent a malformed stream line");
+      TRY(on_line_(j));
+    }
+    buf_.erase(0, start);
+    return ok();
+  }
+
+ private:
+  std::function<Status(const nlohmann::json&)> on_line_;
+  std::string buf_;
+};
+
+// Prints process output events; returns the exit event when one came.
+Result<std::optional<nlohmann::json>> streamProcess(Context& ctx, const std::string& method, const std::string& target,
+                                                     const std::optional<std::string>& body) {
+  std::optional<nlohmann::json> exit;
+  std::optional<Error> stream_error;
+  NdjsonReader reader([&](const nlohmann::json& line) -> Status {
+    std::string type = line.value("type", "");
+    if (type == "stdout" || type == "stderr") {
+      ASSIGN_OR_RETURN(std::string data, http::base64Decode(line.value("data", "")));
+      return writeAll(type == "stdout" ? 1 : 2, data);
+    }
+    if (type == "exit") exit = line;
+    if (type == "error") {
+      auto e = line.value("error", nlohmann::json::object());
+      stream_error = Error{ErrorKind::kUnavailable, 0, e.value("message", "the stream failed")};
+    }
+    return ok();
+  });
+  ASSIGN_OR_RETURN(auto resp, ctx.client.stream(method, target, body, [&](std::string_view d) { return reader.feed(d); }));
+  TRY(checkResponse(resp));
+  if (stream_error) return tl::unexpected(*stream_error);
+  return exit;
+}
+
+std::string sandboxPath(const std::string& id) { return "/v1/sandboxes/" + http::percentEncode(id); }
+
+}  // namespace
+
+Result<nlohmann::json> execBody(const ExecOptions& o) {
+  if (o.argv.empty()) return makeError(ErrorKind::kInvalidArgument, "no command given: space exec ID -- CMD [ARGS...]");
+  nlohmann::json body = {{"cmd", o.argv}};
+  for (const auto& e : o.env) {
+    ASSIGN_OR_RETURN(auto kv, parseKeyValue("--env", e));
+    body["env"][kv.first] = kv.second;
+  }
+  if (!o.cwd.empty()) body["cwd"] = o.cwd;
+  if (!o.user.empty()) body["user"] = o.user;
+  if (!o.timeout.empty()) {
+    ASSIGN_OR_RETURN(body["timeout_s"], parseDurationSeconds(o.timeout));
+  }
+  return body;
+}
+
+int cmdExec(Context& ctx, const std::string& id, const ExecOptions& o) {
+  auto body = execBody(o);
+  if (!body) return fail(&ctx, body.error());
+  if (o.interactive) {
+    // stdin goes with the request (the API sends it, then closes the process's stdin).
+    std::string input((std::istreambuf_iterator<char>(std::cin)), std::istreambuf_iterator<char>());
+    if (input.size() > (1u << 20) - 4096) {
+      return fail(&ctx, Error{ErrorKind::kInvalidArgument, 0, "stdin larger than 1 MiB; copy it in with 'space cp' instead"});
+    }
+    (*body)["stdin"] = input;
+  }
+  auto exit = streamProcess(ctx, "POST", sandboxPath(id) + "/exec", body->dump());
+  if (!exit) return fail(&ctx, exit.error());
+  if (!*exit) return fail(&ctx, Error{ErrorKind::kUnavailable, 0, "the output stream ended before the process did"});
+  return exitCodeOf(**exit);
+}
+
+int cmdRun(Context& ctx, const CreateOptions& c, const ExecOptions& o) {
+  auto create = createBody(c);
+  if (!create) return fail(&ctx, create.error());
+  auto exec = execBody(o);
+  if (!exec) return fail(&ctx, exec.error());
+  // Ctrl-C and SIGTERM are taken by a thread that deletes the sandbox; the exec stream then ends.
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGINT);
+  sigaddset(&set, SIGTERM);
+  sigaddset(&set, SIGHUP);
+  pthread_sigmask(SIG_BLOCK, &set, nullptr);
+  auto sandbox = callJson(ctx, "POST", "/v1/sandboxes", *create);
+  if (!sandbox) return fail(&ctx, sandbox.error());
+  std::string id = sandbox->value("id", "");
+  std::thread([&ctx, set, id] {
+    int sig = 0;
+    sigwait(&set, &sig);
+    (void)callJson(ctx, "DELETE", sandboxPath(id));
+    _exit(128 + sig);
+  }).detach();
+  int rc = cmdExec(ctx, id, o);
+  if (auto del = callJson(ctx, "DELETE", sandboxPath(id)); !del) {
+    fail(&ctx, del.error().context("delete sandbox " + id));
+    if (rc == 0) rc = 1;
+  }
+  return rc;
+}
+
+int cmdLogs(Context& ctx, const std::string& id, const std::string& proc, bool follow) {
+  auto exit = streamProcess(ctx, "GET", sandboxPath(id) + "/processes/" + http::percentEncode(proc) + "/logs" + (follow ? "?follow=1" : ""), std::nullopt);
+  if (!exit) return fail(&ctx, exit.error());
+  return 0;
+}
+
+int cmdPs(Context& ctx, const std::string& id) {
+  auto j = callJson(ctx, "GET", sandboxPath(id) + "/processes");
+  if (!j) return fail(&ctx, j.error());
+  if (ctx.json) {
+    fmt::print("{}\n", (*j)["processes"].dump());
+    return 0;
+  }
+  std::vector<std::vector<std::string>> rows;
+  for (const auto& p : (*j)["processes"]) {
+    std::string argv;
+    for (const auto& a : p.value("argv", nlohmann::json::array())) argv += (argv.empty() ? "" : " ") + a.get<std::string>();
+    std::string status = p.value("running", false) ? "running" : fmt::format("exited ({})", p.contains("exit") ? exitCodeOf(p["exit"]) : -1);
+    rows.push_back({p.value("id", ""), std::to_string(p.value("pid", 0)), status, argv});
+  }
+  printTable({"ID", "PID", "STATUS", "COMMAND"}, rows);
+  return 0;
+}
+
+int cmdStart(Context& ctx, const std::string& id, const ExecOptions& o) {
+  auto body = execBody(o);
+  if (!body) return fail(&ctx, body.error());
+  body->erase("timeout_s");
+  auto j = callJson(ctx, "POST", sandboxPath(id) + "/processes", *body);
+  if (!j) return fail(&ctx, j.error());
+  fmt::print("{}\n", ctx.json ? j->dump() : j->value("id", ""));
+  return 0;
+}
+
+int cmdKill(Context& ctx, const std::string& id, const std::string& proc, const std::string& sig) {
+  nlohmann::json body = {{"signal", sig.empty() ? "TERM" : sig}};
+  if (!sig.empty() && std::all_of(sig.begin(), sig.end(), ::isdigit)) body["signal"] = std::stoi(sig.substr(0, 3));
+  auto j = callJson(ctx, "POST", sandboxPath(id) + "/processes/" + http::percentEncode(proc) + "/signal", body);
+  if (!j) return fail(&ctx, j.error());
+  return 0;
+}
+
+int cmdTemplateBuild(Context& ctx, const TemplateBuildOptions& o) {
+  int sources = !o.debootstrap.empty() + !o.from_dir.empty() + !o.from_tar.empty();
+  if (sources != 1) {
+    fmt::print(stderr, "space: give exactly one of --debootstrap SUITE, --from-dir DIR, --from-tar FILE\n");
+    return 2;
+  }
+  nlohmann::json body = {{"name", o.name}};
+  if (!o.debootstrap.empty()) {
+    body["kind"] = "debootstrap";
+    body["suite"] = o.debootstrap;
+    if (!o.variant.empty()) body["variant"] = o.variant;
+    if (!o.mirror.empty()) body["mirror"] = o.mirror;
+    if (!o.packages.empty()) {
+      nlohmann::json pkgs = nlohmann::json::array();
+      size_t start = 0;
+      while (start <= o.packages.size()) {
+        size_t comma = o.packages.find(',', start);
+        if (comma == std::string::npos) comma = o.packages.size();
+        if (comma > start) pkgs.push_back(o.packages.substr(start, comma - start));
+        start = comma + 1;
+      }
+      body["packages"] = pkgs;
+    }
+  } else {
+    // The daemon reads the path on its own host: make it absolute here, where it was typed.
+    std::string path = o.from_dir.empty() ? o.from_tar : o.from_dir;
+    if (!path.empty() && path[0] != '/') {
+      char cwd[4096];
+      if (getcwd(cwd, sizeof cwd)) path = std::string(cwd) + "/" + path;
+    }
+    body["kind"] = o.from_dir.empty() ? "tar" : "dir";
+    body["path"] = path;
+  }
+  std::optional<nlohmann::json> done;
+  std::optional<Error> failed;
+  NdjsonReader reader([&](const nlohmann::json& line) -> Status {
+    std::string type = line.value("type", "");
+    if (type == "progress") fmt::print(stderr, "{}\n", line.value("line", ""));
+    if (type == "done") done = line.value("template", nlohmann::json::object());
+    if (type == "error") failed = Error{ErrorKind::kInternal, 0, line.value("error", nlohmann::json::object()).value("message", "build failed")};
+    return ok();
+  });
+  auto resp = ctx.client.stream("POST", "/v1/templates", body.dump(), [&](std::string_view d) { return reader.feed(d); });
+  if (!resp) return fail(&ctx, resp.error());
+  if (auto st = checkResponse(*resp); !st) return fail(&ctx, st.error());
+  if (failed) return fail(&ctx, *failed);
+  if (!done) return fail(&ctx, Error{ErrorKind::kUnavailable, 0, "the build stream ended without a result"});
+  fmt::print("{}\n", ctx.json ? done->dump() : done->value("name", o.name));
+  return 0;
+}
+
+}  // namespace space::cli
