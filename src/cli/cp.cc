@@ -27,7 +27,7 @@ std::string baseName(const std::string& p) {
 
 int upload(Context& ctx, const std::string& local, const std::string& id, std::string remote) {
   UniqueFd fd(::open(local.c_str(), O_RDONLY | O_CLOEXEC));
-  if (!fd) return fail(&ctx, sysError(errno, "open {}", local).error());
+  if (!fd) return fail(&ctx, sysError(errno, "open {}", local).value());
   struct stat st {};
   if (::fstat(fd.get(), &st) != 0 || !S_ISREG(st.st_mode)) {
     return fail(&ctx, Error{ErrorKind::kInvalidArgument, 0, fmt::format("{} is not a regular file", local)});
@@ -57,7 +57,7 @@ int download(Context& ctx, const std::string& id, const std::string& remote, std
   // Written under a temporary name and renamed, so a failed transfer never leaves a truncated file.
   std::string tmp = local + ".space-partial";
   UniqueFd fd(::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
-  if (!fd) return fail(&ctx, sysError(errno, "create {}", tmp).error());
+  if (!fd) return fail(&ctx, sysError(errno, "create {}", tmp).value());
   std::string target = fmt::format("/v1/sandboxes/{}/files?path={}", http::percentEncode(id), http::percentEncode(remote));
   auto resp = ctx.client.stream("GET", target, std::nullopt, [&](std::string_view d) -> Status {
     while (!d.empty()) {
@@ -76,7 +76,7 @@ int download(Context& ctx, const std::string& id, const std::string& remote, std
   if (::rename(tmp.c_str(), local.c_str()) != 0) {
     int err = errno;
     ::unlink(tmp.c_str());
-    return fail(&ctx, sysError(err, "rename {} to {}", tmp, local).error());
+    return fail(&ctx, sysError(err, "rename {} to {}", tmp, local).value());
   }
   return 0;
 }

@@ -1,1 +1,162 @@
-int main(){return 1;}
+// space: the command-line client of spaced. Tables for people, --json for scripts; errors are one line
+// "space: <message>" plus a hint, exit code 1 (2 for usage errors).
+#include <CLI/CLI.hpp>
+#include <fmt/format.h>
+
+#include "cli/commands.h"
+
+using namespace space;
+using namespace space::cli;
+
+namespace {
+
+void addCreateOptions(CLI::App* cmd, CreateOptions& o) {
+  cmd->add_option("--template,-t", o.template_name, "template (default: the daemon's)");
+  cmd->add_option("--isolation", o.isolation, "auto, jail or vm")->check(CLI::IsMember({"auto", "jail", "vm"}));
+  cmd->add_option("--cpus", o.cpus, "CPU limit, e.g. 0.5 or 2");
+  cmd->add_option("--memory,-m", o.memory, "memory limit, e.g. 512M or 2G");
+  cmd->add_option("--pids", o.pids, "process limit");
+  cmd->add_option("--disk", o.disk, "disk quota, e.g. 1G");
+  cmd->add_option("--env,-e", o.env, "KEY=VALUE for every process (repeatable)");
+  cmd->add_option("--label,-l", o.labels, "KEY=VALUE label (repeatable)");
+  cmd->add_option("--ttl", o.ttl, "delete after this long, e.g. 30m or 2h");
+}
+
+void addExecOptions(CLI::App* cmd, ExecOptions& o, bool foreground) {
+  cmd->add_option("--env,-e", o.env, "KEY=VALUE (repeatable)");
+  cmd->add_option("--cwd,-w", o.cwd, "working directory inside the sandbox");
+  cmd->add_option("--user,-u", o.user, "user inside the sandbox");
+  if (foreground) {
+    cmd->add_option("--timeout", o.timeout, "kill after this long, e.g. 30s (exit code 124)");
+    cmd->add_flag("--interactive,-i", o.interactive, "send this terminal's stdin to the command");
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"space: sandboxes for code written by AI agents.\nSPACE_HOST=unix:///run/space/spaced.sock | http://HOST:PORT, SPACE_API_KEY=<key for TCP>"};
+  app.require_subcommand(1);
+  bool json = false;
+  app.add_flag("--json", json, "machine-readable output");
+
+  CreateOptions create;
+  auto* c_create = app.add_subcommand("create", "create a sandbox; prints its id");
+  addCreateOptions(c_create, create);
+
+  std::vector<std::string> ls_labels;
+  std::string ls_state;
+  auto* c_ls = app.add_subcommand("ls", "list sandboxes");
+  c_ls->add_option("--label,-l", ls_labels, "KEY=VALUE filter (repeatable)");
+  c_ls->add_option("--state", ls_state, "running, paused, failed...");
+
+  std::string id, proc, sig, name;
+  auto* c_inspect = app.add_subcommand("inspect", "show a sandbox as JSON");
+  c_inspect->add_option("ID", id)->required();
+
+  std::vector<std::string> rm_ids;
+  auto* c_rm = app.add_subcommand("rm", "delete sandboxes");
+  c_rm->add_option("ID", rm_ids)->required();
+
+  ExecOptions exec;
+  auto* c_exec = app.add_subcommand("exec", "run a command in a sandbox: space exec ID -- CMD [ARGS...]");
+  c_exec->add_option("ID", id)->required();
+  addExecOptions(c_exec, exec, true);
+  c_exec->add_option("CMD", exec.argv, "command and arguments")->required();
+
+  CreateOptions run_create;
+  ExecOptions run_exec;
+  auto* c_run = app.add_subcommand("run", "create a sandbox, run one command, delete it: space run [opts] -- CMD...");
+  addCreateOptions(c_run, run_create);
+  c_run->add_option("--cwd,-w", run_exec.cwd, "working directory inside the sandbox");
+  c_run->add_option("--user,-u", run_exec.user, "user inside the sandbox");
+  c_run->add_option("--timeout", run_exec.timeout, "kill after this long (exit code 124)");
+  c_run->add_flag("--interactive,-i", run_exec.interactive, "send stdin to the command");
+  c_run->add_option("CMD", run_exec.argv, "command and arguments")->required();
+
+  std::string shell_cmd = "/bin/sh";
+  auto* c_shell = app.add_subcommand("shell", "interactive terminal in a sandbox");
+  c_shell->add_option("ID", id)->required();
+  c_shell->add_option("--cmd", shell_cmd, "program to run on the terminal");
+
+  std::string cp_src, cp_dst;
+  auto* c_cp = app.add_subcommand("cp", "copy a file: space cp ./f ID:/root/  or  space cp ID:/root/f ./");
+  c_cp->add_option("SRC", cp_src)->required();
+  c_cp->add_option("DST", cp_dst)->required();
+
+  bool follow = false;
+  auto* c_logs = app.add_subcommand("logs", "output of a background process");
+  c_logs->add_option("ID", id)->required();
+  c_logs->add_option("PROCID", proc)->required();
+  c_logs->add_flag("--follow,-f", follow, "keep streaming until the process exits");
+
+  auto* c_ps = app.add_subcommand("ps", "background processes of a sandbox");
+  c_ps->add_option("ID", id)->required();
+
+  ExecOptions start;
+  auto* c_start = app.add_subcommand("start", "start a background process: space start ID -- CMD...");
+  c_start->add_option("ID", id)->required();
+  addExecOptions(c_start, start, false);
+  c_start->add_option("CMD", start.argv)->required();
+
+  auto* c_kill = app.add_subcommand("kill", "signal a background process (default TERM)");
+  c_kill->add_option("ID", id)->required();
+  c_kill->add_option("PROCID", proc)->required();
+  c_kill->add_option("SIG", sig);
+
+  auto* c_key = app.add_subcommand("key", "API keys for TCP clients (run on the daemon's host)");
+  c_key->require_subcommand(1);
+  auto* c_key_create = c_key->add_subcommand("create", "make a key; prints the secret once");
+  c_key_create->add_option("NAME", name)->required();
+  auto* c_key_ls = c_key->add_subcommand("ls", "list keys");
+  auto* c_key_revoke = c_key->add_subcommand("revoke", "revoke a key");
+  c_key_revoke->add_option("ID", id)->required();
+
+  TemplateBuildOptions tb;
+  auto* c_tpl = app.add_subcommand("template", "sandbox templates");
+  c_tpl->require_subcommand(1);
+  auto* c_tpl_build = c_tpl->add_subcommand("build", "build a template (progress on stderr)");
+  c_tpl_build->add_option("NAME", tb.name)->required();
+  c_tpl_build->add_option("--debootstrap", tb.debootstrap, "Debian suite, e.g. bookworm");
+  c_tpl_build->add_option("--packages", tb.packages, "comma-separated extra packages");
+  c_tpl_build->add_option("--variant", tb.variant, "debootstrap variant (default minbase)");
+  c_tpl_build->add_option("--mirror", tb.mirror, "Debian mirror URL");
+  c_tpl_build->add_option("--from-dir", tb.from_dir, "a root filesystem directory on the daemon's host");
+  c_tpl_build->add_option("--from-tar", tb.from_tar, "a root filesystem tarball on the daemon's host");
+  auto* c_tpl_ls = c_tpl->add_subcommand("ls", "list templates");
+  auto* c_tpl_rm = c_tpl->add_subcommand("rm", "remove a template");
+  c_tpl_rm->add_option("NAME", name)->required();
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    int rc = app.exit(e);
+    return rc == 0 ? 0 : 2;
+  }
+
+  auto ctx_or = contextFromEnv(json);
+  if (!ctx_or) {
+    fmt::print(stderr, "space: {}\nhint: SPACE_HOST is unix:///PATH or http://HOST:PORT\n", ctx_or.error().message);
+    return 2;
+  }
+  Context& ctx = *ctx_or;
+  if (c_create->parsed()) return cmdCreate(ctx, create);
+  if (c_ls->parsed()) return cmdLs(ctx, ls_labels, ls_state);
+  if (c_inspect->parsed()) return cmdInspect(ctx, id);
+  if (c_rm->parsed()) return cmdRm(ctx, rm_ids);
+  if (c_exec->parsed()) return cmdExec(ctx, id, exec);
+  if (c_run->parsed()) return cmdRun(ctx, run_create, run_exec);
+  if (c_shell->parsed()) return cmdShell(ctx, id, shell_cmd);
+  if (c_cp->parsed()) return cmdCp(ctx, cp_src, cp_dst);
+  if (c_logs->parsed()) return cmdLogs(ctx, id, proc, follow);
+  if (c_ps->parsed()) return cmdPs(ctx, id);
+  if (c_start->parsed()) return cmdStart(ctx, id, start);
+  if (c_kill->parsed()) return cmdKill(ctx, id, proc, sig);
+  if (c_key_create->parsed()) return cmdKeyCreate(ctx, name);
+  if (c_key_ls->parsed()) return cmdKeyLs(ctx);
+  if (c_key_revoke->parsed()) return cmdKeyRevoke(ctx, id);
+  if (c_tpl_build->parsed()) return cmdTemplateBuild(ctx, tb);
+  if (c_tpl_ls->parsed()) return cmdTemplateLs(ctx);
+  if (c_tpl_rm->parsed()) return cmdTemplateRm(ctx, name);
+  return 2;
+}

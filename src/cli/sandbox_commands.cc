@@ -19,7 +19,9 @@ Result<nlohmann::json> createBody(const CreateOptions& o) {
   if (!o.memory.empty()) {
     ASSIGN_OR_RETURN(body["memory_mib"], parseSizeMiB(o.memory));
   }
-  if (!o.disk.empty()) ASSIGN_OR_RETURN(body["disk_mib"], parseSizeMiB(o.disk));
+  if (!o.disk.empty()) {
+    ASSIGN_OR_RETURN(body["disk_mib"], parseSizeMiB(o.disk));
+  }
   if (!o.pids.empty()) {
     char* end = nullptr;
     long pids = std::strtol(o.pids.c_str(), &end, 10);

@@ -72,6 +72,8 @@ def leak_report(d: Daemon, pool_ids: set[str], baseline_uid_procs: set[tuple[int
             problems.append(f"process left behind: pid {p} ({spacelib.read(f'/proc/{p}/comm').strip()}) of {sid}")
         for m in spacelib.mounts_naming(sid, ["self"] + ([d.pid] if d.alive() else [])):
             problems.append(f"mount left behind: {m}")
+        for lo in spacelib.loop_devices_naming(sid):
+            problems.append(f"loop device left behind: {lo}")
     for pid, uid in spacelib.processes_in_uid_range().items():
         if (pid, spacelib.pid_start_time(pid)) in baseline_uid_procs:
             continue

@@ -684,6 +684,16 @@ def mounts_naming(sid: str, pids=("self",)) -> list[str]:
     return sorted(res)
 
 
+def loop_devices_naming(text: str) -> list[str]:
+    """Loop devices whose backing file path contains text (e.g. a sandbox id or a state dir)."""
+    out = []
+    for bf in Path("/sys/block").glob("loop*/loop/backing_file"):
+        target = read(bf).strip()
+        if text in target:
+            out.append(f"{bf.parts[3]} -> {target}")
+    return out
+
+
 def processes_in_uid_range() -> dict[int, int]:
     """pid -> real uid of every host process whose real uid is in the sandbox uid space."""
     out = {}
@@ -701,6 +711,7 @@ class SandboxFootprint:
     cgroups: list[Path]
     mounts: list[str]
     dir: Path | None
+    loops: list[str] = field(default_factory=list)
 
     def remaining(self, daemon_pid: int | None = None) -> list[str]:
         left = []
@@ -722,6 +733,8 @@ class SandboxFootprint:
             left.append(f"mount: {m}")
         if self.dir is not None and self.dir.exists():
             left.append(f"directory {self.dir} still exists")
+        for lo in loop_devices_naming(self.sid):
+            left.append(f"loop device {lo}")
         return left
 
 
@@ -729,7 +742,7 @@ def footprint(sid: str, state_dir: Path | None = None, daemon_pid: int | None = 
     pids = [(p, pid_start_time(p)) for p in sandbox_pids(sid)]
     pidlist = ["self"] + ([daemon_pid] if daemon_pid else [])
     return SandboxFootprint(sid, pids, cgroup_dirs(sid), mounts_naming(sid, pidlist),
-                            (state_dir / "sandboxes" / sid) if state_dir else None)
+                            (state_dir / "sandboxes" / sid) if state_dir else None, loop_devices_naming(sid))
 
 
 def vm_hwm_kib(pid: int) -> int:

@@ -94,7 +94,7 @@ def test_exec_timeout_is_124(cli, sandbox):
 
 
 def test_exec_stdin_is_forwarded(cli, sandbox):
-    r = cli("exec", sandbox, "--", "cat", input=b"piped in\n")
+    r = cli("exec", "-i", sandbox, "--", "cat", input=b"piped in\n")
     assert r.returncode == 0, err(r)
     assert out(r) == "piped in\n"
 

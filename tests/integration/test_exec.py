@@ -205,3 +205,12 @@ def test_exec_in_deleted_sandbox(client, make_sandbox):
     client.delete(sid)
     status, _, resp = client.raw("POST", f"/v1/sandboxes/{sid}/exec", {"cmd": ["true"]})
     assert status == 404, (status, resp)
+
+
+def test_python_template(client, python_template, make_sandbox):
+    sid = make_sandbox(template=python_template)["id"]
+    r = client.exec(sid, cmd=["python3", "-c", "import sys; print(6*7); print(sys.version_info[0])"])
+    assert r.exit_code == 0, r
+    assert r.out == "42\n3\n"
+    r = client.exec(sid, cmd=["curl", "--version"])
+    assert r.exit_code == 0 and "curl" in r.out, r

@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 
@@ -19,6 +20,7 @@
 #include "runtime/jail/inside/handshake.h"
 #include "runtime/jail/inside/seccomp.h"
 #include "runtime/jail/launch.h"
+#include "runtime/jail/layer_disk.h"
 #include "runtime/jail/userns.h"
 #include "sys/process.h"
 
@@ -94,10 +96,8 @@ Status killAndWait(int pid, uint64_t start_time) {
 
 }  // namespace
 
-JailRuntime::JailRuntime(JailConfig config, QuotaVolume volume, std::unique_ptr<CgroupBackend> cgroups,
-                         std::string policy)
+JailRuntime::JailRuntime(JailConfig config, std::unique_ptr<CgroupBackend> cgroups, std::string policy)
     : config_(std::move(config)),
-      volume_(std::move(volume)),
       cgroups_(std::move(cgroups)),
       seccomp_policy_text_(std::move(policy)) {}
 
@@ -109,11 +109,11 @@ Result<std::unique_ptr<JailRuntime>> JailRuntime::create(const JailConfig& confi
   for (const auto& name : program.unknown_syscalls)
     spdlog::warn("seccomp policy names {}, unknown to this libseccomp: it stays denied", name);
   ASSIGN_OR_RETURN(auto cgroups, makeCgroupBackend(config.cgroup_parent));
-  ASSIGN_OR_RETURN(QuotaVolume volume, QuotaVolume::open(config.state_dir, config.disk_volume_bytes));
-  spdlog::info("jail runtime: cgroup {}, volume {}", cgroups->kind() == CgroupKind::kV1 ? "v1" : "v2",
-               volume.mountPoint());
-  return std::unique_ptr<JailRuntime>(
-      new JailRuntime(config, std::move(volume), std::move(cgroups), std::move(policy)));
+  std::error_code ec;
+  std::filesystem::create_directories(config.state_dir + "/sandboxes", ec);
+  if (ec) return sysError(ec.value(), "create {}/sandboxes", config.state_dir);
+  spdlog::info("jail runtime: cgroup {}", cgroups->kind() == CgroupKind::kV1 ? "v1" : "v2");
+  return std::unique_ptr<JailRuntime>(new JailRuntime(config, std::move(cgroups), std::move(policy)));
 }
 
 Result<Instance> JailRuntime::start(const SandboxSpec& spec) {
@@ -135,10 +135,11 @@ Result<Instance> JailRuntime::start(const SandboxSpec& spec) {
 }
 
 Status JailRuntime::launch(const SandboxSpec& spec, PersistedInstance& persisted) {
-  // Project id = the sandbox's uid base: unique among live sandboxes (their uid ranges are private).
-  TRY(volume_.createSandboxDir(spec.dir, spec.uid_base, spec.limits.disk_bytes, spec.limits.disk_inodes,
-                               spec.uid_base));
-  persisted.state["project_id"] = spec.uid_base;
+  struct stat st;
+  if (lstat(spec.dir.c_str(), &st) == 0)
+    return makeError(ErrorKind::kConflict, "sandbox dir {} exists already (a leftover to destroy first?)", spec.dir);
+  persisted.state["dir_created"] = true;
+  TRY(createLayerDisk(spec.dir, spec.limits.disk_bytes, spec.limits.disk_inodes, spec.uid_base));
   TRY(cgroups_->create(spec.id, spec.limits));
   persisted.state["cgroup"] = spec.id;
 
@@ -200,12 +201,9 @@ Status JailRuntime::destroy(const PersistedInstance& inst) {
   std::string dir = s.value("dir", std::string());
   if (s.contains("pid") && s.contains("start_time"))
     TRY(killAndWait(s["pid"].get<int>(), s["start_time"].get<uint64_t>()));
-  if (!dir.empty()) unmountHostCopies(dir);
   TRY(cgroups_->remove(s.value("cgroup", inst.id)));
-  if (!dir.empty()) {
-    struct stat st;
-    if (lstat(dir.c_str(), &st) == 0) TRY(volume_.removeSandboxDir(dir, s.value("project_id", 0u)));
-  }
+  // Only a directory this runtime created: a failed start must not delete a pre-existing one.
+  if (!dir.empty() && s.value("dir_created", false)) TRY(removeLayerDisk(dir));
   return ok();
 }
 
@@ -225,7 +223,7 @@ Result<runtime::Usage> JailRuntime::usage(const PersistedInstance& inst) {
   u.memory_bytes = cg.memory_bytes;
   u.cpu_usage_ns = cg.cpu_usage_ns;
   u.pids = cg.pids;
-  if (auto disk = volume_.usage(inst.state.value("project_id", 0u))) u.disk_bytes = disk->bytes;
+  if (auto disk = layerDiskUsage(inst.state.value("dir", std::string()))) u.disk_bytes = *disk;
   return u;
 }
 

@@ -1,6 +1,7 @@
 // JailRuntime: the namespace-jail tier. Each sandbox is a space-agent running as PID 1 of fresh user, pid,
 // net, ipc, uts, mount, cgroup and time namespaces, on an overlay of the template, under cgroup limits and
-// an XFS project quota, with capabilities, Landlock and a seccomp allow-list applied before it serves.
+// a disk quota (its own ext4 layer image), with capabilities, Landlock and a seccomp allow-list applied
+// before it serves.
 // Sequence and rationale: docs/decisions/0002-jail-containment.md.
 #pragma once
 
@@ -9,17 +10,15 @@
 #include <string>
 
 #include "runtime/jail/cgroup.h"
-#include "runtime/jail/quota_volume.h"
 #include "runtime/runtime.h"
 
 namespace space::jail {
 
 struct JailConfig {
-  std::string state_dir;                 // holds disk.xfs and the volume mount point sandboxes/
+  std::string state_dir;                 // sandboxes live in <state_dir>/sandboxes/<id>
   std::string agent_binary;              // static space-agent
   std::string seccomp_policy;            // path of the JSON policy (policies/seccomp/default.json)
   std::string cgroup_parent = "space";
-  uint64_t disk_volume_bytes = 64ull << 30;
   std::chrono::milliseconds start_timeout{10000};
   uint64_t shm_bytes = 64ull << 20;      // /dev/shm tmpfs cap inside each sandbox
   // Debugging only: the agent's stdout/stderr go to this host file instead of /dev/null. Sandbox code can
@@ -29,7 +28,7 @@ struct JailConfig {
 
 class JailRuntime : public runtime::Runtime {
  public:
-  // Mounts (or reuses) the quota volume, picks the cgroup backend and validates the seccomp policy.
+  // Picks the cgroup backend, validates the seccomp policy and creates <state_dir>/sandboxes.
   static Result<std::unique_ptr<JailRuntime>> create(const JailConfig& config);
 
   std::string name() const override { return "jail"; }
@@ -45,21 +44,20 @@ class JailRuntime : public runtime::Runtime {
   Result<runtime::Usage> usage(const runtime::PersistedInstance& inst) override;
 
   CgroupKind cgroupKind() const { return cgroups_->kind(); }
-  const std::string& volumeMountPoint() const { return volume_.mountPoint(); }
+  std::string sandboxesDir() const { return config_.state_dir + "/sandboxes"; }
 
  private:
-  JailRuntime(JailConfig config, QuotaVolume volume, std::unique_ptr<CgroupBackend> cgroups, std::string policy);
+  JailRuntime(JailConfig config, std::unique_ptr<CgroupBackend> cgroups, std::string policy);
   Status launch(const runtime::SandboxSpec& spec, runtime::PersistedInstance& persisted);
 
   JailConfig config_;
-  QuotaVolume volume_;
   std::unique_ptr<CgroupBackend> cgroups_;
   std::string seccomp_policy_text_;
 };
 
 // What SPACE left in the kernel and on disk (for tests and start-up reconciliation).
 struct Leftovers {
-  std::vector<std::string> mounts;     // mount points under <state_dir>/sandboxes/ (the volume itself excluded)
+  std::vector<std::string> mounts;     // mount points under <state_dir>/sandboxes/
   std::vector<std::string> cgroups;    // group directories under the parent, every hierarchy
   std::vector<int> pids;               // processes whose real uid lies in [uid_lo, uid_hi)
   bool empty() const { return mounts.empty() && cgroups.empty() && pids.empty(); }

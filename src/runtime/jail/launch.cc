@@ -103,7 +103,7 @@ Status buildRootfs(pid_t userns_pid, const std::string& template_rootfs, const s
                         MOUNT_ATTR_IDMAP | MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV, userns.get())
           .map_error([&](Error e) { return e.context("idmap template " + template_rootfs); }));
   TRY(sys::moveMountTo(tree.get(), dir + "/lower"));
-  std::string options = fmt::format("lowerdir={0}/lower,upperdir={0}/upper,workdir={0}/work", dir);
+  std::string options = fmt::format("lowerdir={0}/lower,upperdir={0}/disk/upper,workdir={0}/disk/work", dir);
   std::string target = dir + "/rootfs";
   if (mount("overlay", target.c_str(), "overlay", MS_NOSUID | MS_NODEV, options.c_str()) < 0)
     return sysError(errno, "mount overlay at {} ({})", target, options);
@@ -113,6 +113,7 @@ Status buildRootfs(pid_t userns_pid, const std::string& template_rootfs, const s
 void unmountHostCopies(const std::string& dir) {
   (void)detach(dir + "/rootfs");
   (void)detach(dir + "/lower");
+  (void)detach(dir + "/disk");
 }
 
 Result<uint64_t> processStartTime(pid_t pid) {

@@ -30,6 +30,7 @@ Status runContainment(const JailInitConfig& config, int sync_fd) {
   const Step steps[] = {
       {"unshare-namespaces", [] { return enterMountCgroupTimeNamespaces(); }},
       {"private-mounts", [] { return makeMountsPrivate(); }},
+      {"bind-rootfs", [&] { return bindRootfs(config); }},
       {"mount-proc", [&] { return mountProc(config); }},
       {"build-dev", [&] { return buildDev(config); }},
       {"mask-proc", [&] { return maskProc(config); }},

@@ -67,6 +67,13 @@ Status makeMountsPrivate() {
   return doMount("none", "/", nullptr, MS_REC | MS_PRIVATE);
 }
 
+Status bindRootfs(const JailInitConfig& config) {
+  // The overlay at config.rootfs is a copy of the host's mount, and copies made into a less privileged
+  // mount namespace are locked: pivot_root refuses a locked new root (EINVAL). A bind of it onto itself is
+  // a mount of our own namespace, which pivot_root accepts.
+  return doMount(config.rootfs, config.rootfs, nullptr, MS_BIND | MS_REC);
+}
+
 Status mountProc(const JailInitConfig& config) {
   std::string proc = config.rootfs + "/proc";
   TRY(ensureDir(proc, 0555));

@@ -13,6 +13,7 @@ namespace space::jail {
 // mounts.cc
 Status enterMountCgroupTimeNamespaces();
 Status makeMountsPrivate();
+Status bindRootfs(const JailInitConfig& config);
 Status mountProc(const JailInitConfig& config);
 Status buildDev(const JailInitConfig& config);
 Status maskProc(const JailInitConfig& config);

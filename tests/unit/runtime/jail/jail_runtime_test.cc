@@ -29,16 +29,16 @@ std::string agentBinary() {
   return "";
 }
 
-struct Run {
+struct ExecResult {
   int exit_code = -1;
   std::string out;
 };
 
-Run run(agent::AgentClient& agent, std::vector<std::string> argv) {
+ExecResult run(agent::AgentClient& agent, std::vector<std::string> argv) {
   agent::ExecRequest req;
   req.argv = std::move(argv);
   req.timeout_s = 20;
-  Run r;
+  ExecResult r;
   auto stream = agent.exec(req);
   if (!stream) {
     r.out = "exec failed: " + stream.error().message;
@@ -79,7 +79,6 @@ class JailRuntimeTest : public ::testing::Test {
     config.state_dir = kStateDir;
     config.agent_binary = agent_;
     config.seccomp_policy = std::string(SPACE_SOURCE_DIR) + "/policies/seccomp/default.json";
-    config.disk_volume_bytes = 4ull << 30;
     if (const char* log = std::getenv("SPACE_AGENT_LOG")) config.agent_log_path = log;
     auto rt = JailRuntime::create(config);
     ASSERT_TRUE(rt) << rt.error().message;
@@ -90,7 +89,7 @@ class JailRuntimeTest : public ::testing::Test {
     runtime::SandboxSpec s;
     s.id = "jt-" + std::to_string(getpid()) + "-" + suffix;
     s.template_rootfs = kTemplate;
-    s.dir = runtime_->volumeMountPoint() + "/" + s.id;
+    s.dir = runtime_->sandboxesDir() + "/" + s.id;
     s.hostname = "jail-test";
     s.uid_base = 1500000000u + static_cast<uint32_t>(getpid() % 1000) * 131072u + (suffix == "b" ? 65536u : 0u);
     s.uid_count = 65536;
@@ -113,29 +112,29 @@ TEST_F(JailRuntimeTest, StartExecDestroyLeavesNothing) {
   std::printf("start() took %.1f ms\n", ms);
   auto& agent = *inst->agent;
 
-  Run id = run(agent, {"id", "-u"});
+  ExecResult id = run(agent, {"id", "-u"});
   EXPECT_EQ(id.exit_code, 0) << id.out;
   EXPECT_EQ(id.out, "0\n");
 
   // J1 from inside.
-  Run status = run(agent, {"cat", "/proc/self/status"});
+  ExecResult status = run(agent, {"cat", "/proc/self/status"});
   EXPECT_NE(status.out.find("Seccomp:\t2"), std::string::npos) << status.out;
   EXPECT_NE(status.out.find("NoNewPrivs:\t1"), std::string::npos) << status.out;
   // J9: only sandbox pids, pid 1 is the agent.
-  Run comm = run(agent, {"cat", "/proc/1/comm"});
+  ExecResult comm = run(agent, {"cat", "/proc/1/comm"});
   EXPECT_EQ(comm.out, "space-agent\n");
   // J19: the template is read-only underneath; writes land in the upper layer.
-  Run write = run(agent, {"sh", "-c", "echo hi > /etc/sandbox-file && cat /etc/sandbox-file"});
+  ExecResult write = run(agent, {"sh", "-c", "echo hi > /etc/sandbox-file && cat /etc/sandbox-file"});
   EXPECT_EQ(write.out, "hi\n");
   EXPECT_FALSE(fs::exists(kTemplate + "/etc/sandbox-file"));
   // J10: no mknod.
-  Run mknod = run(agent, {"mknod", "/tmp/sda", "b", "8", "0"});
+  ExecResult mknod = run(agent, {"mknod", "/tmp/sda", "b", "8", "0"});
   EXPECT_NE(mknod.exit_code, 0);
   // J18: past the 16 MiB quota the write fails inside.
-  Run dd = run(agent, {"dd", "if=/dev/zero", "of=/tmp/big", "bs=1M", "count=40"});
+  ExecResult dd = run(agent, {"dd", "if=/dev/zero", "of=/tmp/big", "bs=1M", "count=40"});
   EXPECT_NE(dd.exit_code, 0) << dd.out;
   // J4: mount is denied.
-  Run mnt = run(agent, {"mount", "-t", "tmpfs", "x", "/mnt"});
+  ExecResult mnt = run(agent, {"mount", "-t", "tmpfs", "x", "/mnt"});
   EXPECT_NE(mnt.exit_code, 0);
 
   // J2 from the host: the agent's real uid is the sandbox's base uid.

@@ -1,0 +1,97 @@
+// space shell: an interactive terminal in a sandbox over the PTY WebSocket. The local terminal goes raw
+// for the session and is restored on every way out.
+#include <signal.h>
+#include <sys/ioctl.h>
+#include <termios.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <thread>
+
+#include <fmt/format.h>
+
+#include "cli/commands.h"
+#include "http/url.h"
+
+namespace space::cli {
+namespace {
+
+std::pair<int, int> terminalSize() {
+  struct winsize ws {};
+  if (::ioctl(STDIN_FILENO, TIOCGWINSZ, &ws) == 0 && ws.ws_row > 0 && ws.ws_col > 0) return {ws.ws_row, ws.ws_col};
+  return {24, 80};
+}
+
+}  // namespace
+
+int cmdShell(Context& ctx, const std::string& id, const std::string& cmd) {
+  auto [rows, cols] = terminalSize();
+  std::string target = fmt::format("/v1/sandboxes/{}/pty?cmd={}&rows={}&cols={}", http::percentEncode(id),
+                                   http::percentEncode(cmd.empty() ? "/bin/sh" : cmd), rows, cols);
+  // SIGWINCH is taken by a waiting thread; blocked before any thread starts so that all inherit it.
+  sigset_t winch;
+  sigemptyset(&winch);
+  sigaddset(&winch, SIGWINCH);
+  pthread_sigmask(SIG_BLOCK, &winch, nullptr);
+
+  auto ws_or = ctx.client.websocket(target);
+  if (!ws_or) return fail(&ctx, ws_or.error());
+  auto& ws = *ws_or;
+
+  bool tty = ::isatty(STDIN_FILENO);
+  struct termios saved {};
+  if (tty && ::tcgetattr(STDIN_FILENO, &saved) == 0) {
+    struct termios raw = saved;
+    ::cfmakeraw(&raw);
+    ::tcsetattr(STDIN_FILENO, TCSANOW, &raw);
+  }
+  auto restore = [&] {
+    if (tty) ::tcsetattr(STDIN_FILENO, TCSANOW, &saved);
+  };
+
+  std::thread([&ws, winch] {
+    for (;;) {
+      int sig = 0;
+      if (sigwait(&winch, &sig) != 0) return;
+      auto [r, c] = terminalSize();
+      ws->sendText(fmt::format(R"({{"type":"resize","rows":{},"cols":{}}})", r, c));
+    }
+  }).detach();
+  // Reads stdin for the whole process lifetime: a blocking read(2) cannot be interrupted portably, and
+  // the process exits right after the session anyway.
+  std::thread([&ws] {
+    char buf[4096];
+    for (;;) {
+      ssize_t n = ::read(STDIN_FILENO, buf, sizeof buf);
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) return;
+      ws->sendBinary(std::string(buf, static_cast<size_t>(n)));
+    }
+  }).detach();
+
+  int exit_code = -1;
+  std::string error;
+  Status st = ws->run([&](bool binary, std::string data) {
+    if (binary) {
+      std::string_view rest = data;
+      while (!rest.empty()) {
+        ssize_t n = ::write(STDOUT_FILENO, rest.data(), rest.size());
+        if (n < 0 && errno == EINTR) continue;
+        if (n <= 0) break;
+        rest.remove_prefix(static_cast<size_t>(n));
+      }
+      return;
+    }
+    auto j = nlohmann::json::parse(data, nullptr, false);
+    if (j.is_discarded() || !j.is_object()) return;
+    if (j.value("type", "") == "exit") exit_code = exitCodeOf(j);
+    if (j.value("type", "") == "error") error = j.value("error", nlohmann::json::object()).value("message", "session failed");
+  });
+  restore();
+  if (!error.empty()) return fail(&ctx, Error{ErrorKind::kUnavailable, 0, error});
+  if (!st) return fail(&ctx, st.error());
+  if (exit_code < 0) return fail(&ctx, Error{ErrorKind::kUnavailable, 0, "the terminal session ended without an exit status"});
+  return exit_code;
+}
+
+}  // namespace space::cli

@@ -1,0 +1,102 @@
+#include "runtime/jail/layer_disk.h"
+
+#include <fcntl.h>
+#include <spawn.h>
+#include <sys/mount.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <vector>
+
+#include "common/unique_fd.h"
+#include "runtime/jail/launch.h"
+#include "sys/loop.h"
+
+namespace space::jail {
+
+namespace {
+
+// The smallest image mkfs.ext4 formats comfortably; smaller quotas are rounded up to it.
+constexpr uint64_t kMinImageBytes = 4ull << 20;
+
+Status runCommand(const std::vector<std::string>& argv) {
+  std::vector<char*> args;
+  for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+  args.push_back(nullptr);
+  // An empty environment and the default file actions: mkfs needs nothing of spaced.
+  char* const envp[] = {const_cast<char*>("PATH=/usr/sbin:/usr/bin:/sbin:/bin"), nullptr};
+  pid_t pid;
+  if (int rc = posix_spawnp(&pid, args[0], nullptr, nullptr, args.data(), envp); rc != 0)
+    return sysError(rc, "spawn {}", argv[0]);
+  int status = 0;
+  if (waitpid(pid, &status, 0) < 0) return sysError(errno, "waitpid {}", argv[0]);
+  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
+    return makeError(ErrorKind::kInternal, "{} failed (status {:#x})", argv[0], status);
+  return ok();
+}
+
+Status makeDir(const std::string& path, mode_t mode) {
+  if (mkdir(path.c_str(), mode) < 0) return sysError(errno, "mkdir {}", path);
+  return ok();
+}
+
+}  // namespace
+
+Status createLayerDisk(const std::string& dir, uint64_t bytes, uint64_t inodes, uint32_t owner) {
+  // 0711: the sandbox's uid must traverse it (its init resolves rootfs/ before pivot_root), nothing more.
+  TRY(makeDir(dir, 0711));
+  std::string image = dir + "/disk.img";
+  {
+    UniqueFd fd(open(image.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600));
+    if (!fd) return sysError(errno, "create {}", image);
+    // Sparse: host blocks are allocated only as the sandbox writes, never beyond `bytes`.
+    if (ftruncate(fd.get(), static_cast<off_t>(std::max(bytes, kMinImageBytes))) < 0)
+      return sysError(errno, "ftruncate {}", image);
+  }
+  // No journal: the layer is disposable and the journal would cost every sandbox space and start time.
+  // -m 0: no blocks reserved for root (the sandbox's root is the only user). -N: the inode quota.
+  TRY(runCommand({"mkfs.ext4", "-q", "-F", "-O", "^has_journal", "-m", "0", "-N", std::to_string(inodes), "-E",
+                  fmt::format("lazy_itable_init=1,root_owner={0}:{0}", owner), image}));
+  std::string disk = dir + "/disk";
+  TRY(makeDir(disk, 0711));
+  ASSIGN_OR_RETURN(sys::LoopDevice loop, sys::attachLoopDevice(image));
+  if (mount(loop.path.c_str(), disk.c_str(), "ext4", MS_NOSUID | MS_NODEV, nullptr) < 0)
+    return sysError(errno, "mount {} ({}) on {}", image, loop.path, disk);
+  // Private: nothing mounted here may propagate into other mount namespaces of the host (which would pin
+  // the sandbox's layer after destroy).
+  if (mount("none", disk.c_str(), nullptr, MS_PRIVATE, nullptr) < 0) return sysError(errno, "make {} private", disk);
+  for (const char* sub : {"upper", "work"}) {
+    std::string path = disk + "/" + sub;
+    TRY(makeDir(path, 0755));
+    if (chown(path.c_str(), owner, owner) < 0) return sysError(errno, "chown {} {}", path, owner);
+  }
+  TRY(makeDir(dir + "/lower", 0755));
+  TRY(makeDir(dir + "/rootfs", 0755));
+  return ok();
+}
+
+Status removeLayerDisk(const std::string& dir) {
+  struct stat st;
+  if (lstat(dir.c_str(), &st) < 0) return errno == ENOENT ? ok() : sysError(errno, "stat {}", dir);
+  unmountHostCopies(dir);
+  // Never descend into a mount: remove_all would delete inside it (or fail on a read-only lower).
+  for (const char* sub : {"rootfs", "lower", "disk"}) {
+    std::string path = dir + "/" + sub;
+    if (rmdir(path.c_str()) < 0 && errno != ENOENT) return sysError(errno, "rmdir {}", path);
+  }
+  std::error_code ec;
+  std::filesystem::remove_all(dir, ec);
+  if (ec) return sysError(ec.value(), "remove {}", dir);
+  return ok();
+}
+
+Result<uint64_t> layerDiskUsage(const std::string& dir) {
+  struct stat st;
+  std::string image = dir + "/disk.img";
+  if (stat(image.c_str(), &st) < 0) return sysError(errno, "stat {}", image);
+  return static_cast<uint64_t>(st.st_blocks) * 512;
+}
+
+}  // namespace space::jail

@@ -1,0 +1,66 @@
+// CLI argument helpers: sizes, durations, pairs, exit codes, cp argument splitting.
+#include <gtest/gtest.h>
+
+#include "cli/commands.h"
+#include "cli/context.h"
+
+namespace space::cli {
+namespace {
+
+TEST(CliParse, Sizes) {
+  EXPECT_EQ(*parseSizeMiB("512M"), 512u);
+  EXPECT_EQ(*parseSizeMiB("1G"), 1024u);
+  EXPECT_EQ(*parseSizeMiB("1.5G"), 1536u);
+  EXPECT_EQ(*parseSizeMiB("2Gi"), 2048u);
+  EXPECT_EQ(*parseSizeMiB("256"), 256u);
+  EXPECT_FALSE(parseSizeMiB("lots"));
+  EXPECT_FALSE(parseSizeMiB("-1G"));
+  EXPECT_FALSE(parseSizeMiB("1X"));
+}
+
+TEST(CliParse, Durations) {
+  EXPECT_EQ(*parseDurationSeconds("30m"), 1800);
+  EXPECT_EQ(*parseDurationSeconds("2h"), 7200);
+  EXPECT_EQ(*parseDurationSeconds("45"), 45);
+  EXPECT_EQ(*parseDurationSeconds("1d"), 86400);
+  EXPECT_FALSE(parseDurationSeconds("soon"));
+  EXPECT_FALSE(parseDurationSeconds("5y"));
+}
+
+TEST(CliParse, ExitCodes) {
+  EXPECT_EQ(exitCodeOf({{"exit_code", 3}, {"signal", 0}, {"timed_out", false}}), 3);
+  EXPECT_EQ(exitCodeOf({{"exit_code", -1}, {"signal", 9}, {"timed_out", false}}), 137);
+  EXPECT_EQ(exitCodeOf({{"exit_code", -1}, {"signal", 9}, {"timed_out", true}}), 124);
+}
+
+TEST(CliParse, CreateAndExecBodies) {
+  CreateOptions o;
+  o.memory = "1G";
+  o.cpus = "0.5";
+  o.ttl = "30m";
+  o.labels = {"team=ml"};
+  auto body = createBody(o);
+  ASSERT_TRUE(body);
+  EXPECT_EQ((*body)["memory_mib"], 1024);
+  EXPECT_EQ((*body)["ttl_s"], 1800);
+  EXPECT_EQ((*body)["labels"]["team"], "ml");
+  o.labels = {"novalue"};
+  EXPECT_FALSE(createBody(o));
+  ExecOptions e;
+  EXPECT_FALSE(execBody(e));
+  e.argv = {"ls", "-l"};
+  e.timeout = "10s";
+  auto eb = execBody(e);
+  ASSERT_TRUE(eb);
+  EXPECT_EQ((*eb)["cmd"][1], "-l");
+  EXPECT_EQ((*eb)["timeout_s"], 10);
+}
+
+TEST(CliParse, CpArguments) {
+  EXPECT_EQ(splitRemote("sb-1:/root/x"), (std::pair<std::string, std::string>{"sb-1", "/root/x"}));
+  EXPECT_EQ(splitRemote("./a:b"), (std::pair<std::string, std::string>{"", "./a:b"}));
+  EXPECT_EQ(splitRemote("file.txt"), (std::pair<std::string, std::string>{"", "file.txt"}));
+}
+
+}  // namespace
+}  // namespace space::cli
