@@ -251,8 +251,8 @@ Result<std::shared_ptr<agent::AgentClient>> Manager::agent(const std::string& id
 }
 
 Result<store::TemplateRecord> Manager::buildTemplate(const BuildTemplate& cmd, const ProgressFn& progress) {
-  ASSIGN_OR_RETURN(store::TemplateRecord rec, templates_->build(cmd, progress));
-  TRY(store_->putTemplate(rec));
+  store::TemplateBuildSpec spec{cmd.name, cmd.kind, cmd.suite, cmd.variant, cmd.packages, cmd.mirror, cmd.path};
+  ASSIGN_OR_RETURN(store::TemplateRecord rec, templates_->build(spec, progress));
   pool_cv_.notify_all();  // the pool may have been waiting for this template
   return rec;
 }
@@ -268,7 +268,7 @@ Status Manager::removeTemplate(const std::string& name) {
     if (it != pool_.end()) drained.swap(it->second);
   }
   for (auto& s : drained) (void)destroyRecord(s.record);
-  return templates_->remove(*store_, name);
+  return templates_->remove(name);
 }
 
 }  // namespace space::core

@@ -16,10 +16,10 @@ Result<std::unique_ptr<SandboxManager>> makeSandboxManager(const DaemonConfig& c
   jail_config.state_dir = config.state_dir;
   jail_config.agent_binary = config.agent_binary;
   jail_config.seccomp_policy = config.seccomp_policy;
-  jail_config.disk_volume_bytes = config.disk_volume_bytes;
   ASSIGN_OR_RETURN(auto jail, jail::JailRuntime::create(jail_config));
 
-  auto templates = std::make_unique<store::TemplateBuilder>(config.state_dir);
+  auto templates = std::make_unique<store::TemplateBuilder>(config.state_dir, *store);
+  if (auto st = templates->removeInterruptedBuilds(); !st) return tl::unexpected(st.error());
   auto manager = std::make_unique<Manager>(config, std::move(store), std::move(jail), std::move(templates));
   TRY(manager->startBackground());
   return std::unique_ptr<SandboxManager>(std::move(manager));

@@ -197,15 +197,13 @@ void Server::pumpProcessFd(Process& p, bool is_err, bool draining) {
   uint32_t& w = is_err ? p.err_watch : p.out_watch;
   while (fd) {
     ssize_t n;
-    if (!p.bg_id.empty()) {
+    Channel* c = p.bg_id.empty() ? channel(p.channel) : nullptr;
+    if (!p.bg_id.empty() || (c && c->cancelled)) {
       char buf[65536];
       n = read(fd.get(), buf, sizeof buf);
-      if (n > 0) {
-        p.ring.append(is_err, buf, static_cast<size_t>(n));
-        p.output_bytes += static_cast<uint64_t>(n);
-      }
+      if (n > 0 && !p.bg_id.empty()) p.ring.append(is_err, buf, static_cast<size_t>(n));
+      if (n > 0) p.output_bytes += static_cast<uint64_t>(n);
     } else {
-      Channel* c = channel(p.channel);
       if (!c) n = 0;  // detached: nobody will read it
       else if (c->send_credit <= 0 || !outRoom()) return;
       else {

@@ -352,7 +352,9 @@ void Server::handleEofIn(Channel& c) {
 void Server::cancelChannel(Channel& c) {
   switch (c.kind) {
     case Channel::Kind::kExec:
-      // The exit event still follows, reporting SIGKILL.
+      // The exit event still follows, reporting SIGKILL. The host no longer reads this channel or
+      // grants credit, so remaining output is discarded rather than waited on.
+      c.cancelled = true;
       if (Process* p = process(c.proc_key)) killGroup(*p, SIGKILL);
       return;
     case Channel::Kind::kWriteFile:
@@ -401,7 +403,7 @@ void Server::updateWatches() {
     if (!p.bg_id.empty()) {
       can_send = true;  // background output goes to the ring, never blocked
     } else if (Channel* c = channel(p.channel)) {
-      can_send = c->send_credit > 0 && outRoom();
+      can_send = c->cancelled || (c->send_credit > 0 && outRoom());
     }
     uint32_t want = can_send ? uint32_t{EPOLLIN} : 0u;
     if (p.out) watch(p.out.get(), kOut, key, &p.out_watch, want);

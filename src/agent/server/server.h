@@ -87,6 +87,7 @@ struct Channel {
   uint64_t stop_at = UINT64_MAX;  // kOutput without follow: ring end when asked
   uint64_t dropped = 0;           // kOutput: bytes lost to the ring before this reader saw them
   bool follow = false;
+  bool cancelled = false;         // kExec: the host gave up; output is discarded, the exit still sent
 };
 
 // Exit status as the protocol reports it.

@@ -10,6 +10,7 @@
 
 #include <string>
 
+#include "common/unique_fd.h"
 #include "runtime/jail/inside/steps.h"
 #include "sys/mount_api.h"
 
@@ -31,9 +32,8 @@ Status ensureDir(const std::string& path, mode_t mode) {
 }
 
 Status ensureFile(const std::string& path) {
-  int fd = open(path.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0644);
-  if (fd < 0) return sysError(errno, "create bind target {}", path);
-  close(fd);
+  UniqueFd fd(open(path.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0644));
+  if (!fd) return sysError(errno, "create bind target {}", path);
   return ok();
 }
 

@@ -8,6 +8,7 @@
 
 #include <chrono>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -120,6 +121,24 @@ TEST_F(JailRuntimeTest, StartExecDestroyLeavesNothing) {
   ExecResult status = run(agent, {"cat", "/proc/self/status"});
   EXPECT_NE(status.out.find("Seccomp:\t2"), std::string::npos) << status.out;
   EXPECT_NE(status.out.find("NoNewPrivs:\t1"), std::string::npos) << status.out;
+  for (const char* set : {"CapEff:\t", "CapBnd:\t"}) {
+    auto at = status.out.find(set);
+    ASSERT_NE(at, std::string::npos) << status.out;
+    uint64_t caps = std::strtoull(status.out.c_str() + at + std::strlen(set), nullptr, 16);
+    // SYS_ADMIN 21, SYS_MODULE 16, SYS_PTRACE 19, SYS_RAWIO 17, DAC_READ_SEARCH 2, NET_ADMIN 12, BPF 39,
+    // PERFMON 38, SYS_BOOT 22, SYS_TIME 25, MKNOD 27, NET_RAW 13.
+    for (int bit : {21, 16, 19, 17, 2, 12, 39, 38, 22, 25, 27, 13})
+      EXPECT_EQ(caps & (1ull << bit), 0u) << set << " holds capability " << bit;
+  }
+  // J10: /dev holds only the allowed nodes.
+  ExecResult dev = run(agent, {"ls", "/dev"});
+  EXPECT_EQ(dev.out, "fd\nfull\nnull\nptmx\npts\nrandom\nshm\nstderr\nstdin\nstdout\ntty\nurandom\nzero\n");
+  // J11: kallsyms masked (empty).
+  ExecResult kallsyms = run(agent, {"sh", "-c", "wc -c < /proc/kallsyms"});
+  EXPECT_EQ(kallsyms.out, "0\n");
+  // J3: host kernel knobs are read-only.
+  ExecResult core = run(agent, {"sh", "-c", "echo x > /proc/sys/kernel/core_pattern"});
+  EXPECT_NE(core.exit_code, 0);
   // J9: only sandbox pids, pid 1 is the agent.
   ExecResult comm = run(agent, {"cat", "/proc/1/comm"});
   EXPECT_EQ(comm.out, "space-agent\n");
