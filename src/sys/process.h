@@ -11,8 +11,8 @@
 namespace space::sys {
 
 struct Clone3Result {
-  pid_t pid = 0;     // 0 in the child
-  UniqueFd pidfd;    // parent only, when CLONE_PIDFD was asked for
+  pid_t pid = 0;   // 0 in the child
+  UniqueFd pidfd;  // parent only, when CLONE_PIDFD was asked for
 };
 
 // clone3(2) with fork semantics (no shared VM, no new stack): returns twice like fork(). `flags` may hold

@@ -19,10 +19,10 @@ enum class CgroupKind { kV1, kV2 };
 
 // What the host offers, read from /sys/fs/cgroup. Separate from the choice so the choice is testable.
 struct CgroupProbe {
-  bool root_is_cgroup2 = false;          // /sys/fs/cgroup itself is cgroup2 (unified mode)
+  bool root_is_cgroup2 = false;                             // /sys/fs/cgroup itself is cgroup2 (unified mode)
   bool v1_memory = false, v1_pids = false, v1_cpu = false;  // per-controller v1 hierarchies mounted
-  std::string unified_mount;             // a cgroup2 mount (root or hybrid's "unified"), if any
-  std::vector<std::string> unified_controllers;  // its cgroup.controllers
+  std::string unified_mount;                                // a cgroup2 mount (root or hybrid's "unified"), if any
+  std::vector<std::string> unified_controllers;             // its cgroup.controllers
 };
 
 struct CgroupChoice {

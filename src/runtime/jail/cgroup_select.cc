@@ -31,8 +31,10 @@ CgroupProbe probeCgroups(const std::string& root) {
   p.v1_memory = isFs(root + "/memory", CGROUP_SUPER_MAGIC);
   p.v1_pids = isFs(root + "/pids", CGROUP_SUPER_MAGIC);
   p.v1_cpu = isFs(root + "/cpu", CGROUP_SUPER_MAGIC);
-  if (p.root_is_cgroup2) p.unified_mount = root;
-  else if (isFs(root + "/unified", CGROUP2_SUPER_MAGIC)) p.unified_mount = root + "/unified";
+  if (p.root_is_cgroup2)
+    p.unified_mount = root;
+  else if (isFs(root + "/unified", CGROUP2_SUPER_MAGIC))
+    p.unified_mount = root + "/unified";
   if (!p.unified_mount.empty()) {
     if (auto text = readCgroupFile(p.unified_mount + "/cgroup.controllers")) {
       std::istringstream in(*text);
@@ -43,10 +45,11 @@ CgroupProbe probeCgroups(const std::string& root) {
 }
 
 Result<CgroupChoice> chooseCgroupBackend(const CgroupProbe& p) {
-  bool v2_ok = !p.unified_mount.empty() && has(p.unified_controllers, "memory") &&
-               has(p.unified_controllers, "pids") && has(p.unified_controllers, "cpu");
+  bool v2_ok = !p.unified_mount.empty() && has(p.unified_controllers, "memory") && has(p.unified_controllers, "pids") &&
+               has(p.unified_controllers, "cpu");
   if (v2_ok) return CgroupChoice{CgroupKind::kV2, p.unified_mount};
-  if (p.v1_memory && p.v1_pids && p.v1_cpu && !p.root_is_cgroup2) return CgroupChoice{CgroupKind::kV1, "/sys/fs/cgroup"};
+  if (p.v1_memory && p.v1_pids && p.v1_cpu && !p.root_is_cgroup2)
+    return CgroupChoice{CgroupKind::kV1, "/sys/fs/cgroup"};
   return makeError(ErrorKind::kUnsupported,
                    "no usable cgroup hierarchy: need memory, pids and cpu on cgroup2 ({}) or as v1 hierarchies",
                    p.unified_mount.empty() ? "not mounted" : p.unified_mount);

@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
+#include <spdlog/spdlog.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -13,8 +14,6 @@
 #include <filesystem>
 #include <fstream>
 #include <sstream>
-
-#include <spdlog/spdlog.h>
 
 #include "common/defer.h"
 #include "runtime/jail/inside/handshake.h"
@@ -97,9 +96,7 @@ Status killAndWait(int pid, uint64_t start_time) {
 }  // namespace
 
 JailRuntime::JailRuntime(JailConfig config, std::unique_ptr<CgroupBackend> cgroups, std::string policy)
-    : config_(std::move(config)),
-      cgroups_(std::move(cgroups)),
-      seccomp_policy_text_(std::move(policy)) {}
+    : config_(std::move(config)), cgroups_(std::move(cgroups)), seccomp_policy_text_(std::move(policy)) {}
 
 Result<std::unique_ptr<JailRuntime>> JailRuntime::create(const JailConfig& config) {
   if (access(config.agent_binary.c_str(), X_OK) < 0) return sysError(errno, "agent binary {}", config.agent_binary);

@@ -15,12 +15,12 @@
 namespace space::jail {
 
 struct JailConfig {
-  std::string state_dir;                 // sandboxes live in <state_dir>/sandboxes/<id>
-  std::string agent_binary;              // static space-agent
-  std::string seccomp_policy;            // path of the JSON policy (policies/seccomp/default.json)
+  std::string state_dir;       // sandboxes live in <state_dir>/sandboxes/<id>
+  std::string agent_binary;    // static space-agent
+  std::string seccomp_policy;  // path of the JSON policy (policies/seccomp/default.json)
   std::string cgroup_parent = "space";
   std::chrono::milliseconds start_timeout{10000};
-  uint64_t shm_bytes = 64ull << 20;      // /dev/shm tmpfs cap inside each sandbox
+  uint64_t shm_bytes = 64ull << 20;  // /dev/shm tmpfs cap inside each sandbox
   // Debugging only: the agent's stdout/stderr go to this host file instead of /dev/null. Sandbox code can
   // write to it (it is the agent's stderr), so never set it in production.
   std::string agent_log_path;
@@ -57,9 +57,9 @@ class JailRuntime : public runtime::Runtime {
 
 // What SPACE left in the kernel and on disk (for tests and start-up reconciliation).
 struct Leftovers {
-  std::vector<std::string> mounts;     // mount points under <state_dir>/sandboxes/
-  std::vector<std::string> cgroups;    // group directories under the parent, every hierarchy
-  std::vector<int> pids;               // processes whose real uid lies in [uid_lo, uid_hi)
+  std::vector<std::string> mounts;   // mount points under <state_dir>/sandboxes/
+  std::vector<std::string> cgroups;  // group directories under the parent, every hierarchy
+  std::vector<int> pids;             // processes whose real uid lies in [uid_lo, uid_hi)
   bool empty() const { return mounts.empty() && cgroups.empty() && pids.empty(); }
   std::string describe() const;
 };

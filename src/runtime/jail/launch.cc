@@ -99,8 +99,8 @@ Status buildRootfs(pid_t userns_pid, const std::string& template_rootfs, const s
   // Read-only and idmapped: the template is shared by every sandbox and must never change (J19); through
   // the idmap its root-owned files belong to this sandbox's root. nosuid/nodev: no setuid binary or device
   // node of the template works inside.
-  TRY(sys::mountSetattr(tree.get(),
-                        MOUNT_ATTR_IDMAP | MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV, userns.get())
+  TRY(sys::mountSetattr(tree.get(), MOUNT_ATTR_IDMAP | MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV,
+                        userns.get())
           .map_error([&](Error e) { return e.context("idmap template " + template_rootfs); }));
   TRY(sys::moveMountTo(tree.get(), dir + "/lower"));
   std::string options = fmt::format("lowerdir={0}/lower,upperdir={0}/disk/upper,workdir={0}/disk/work", dir);

@@ -26,8 +26,8 @@ Result<AgentChild> spawnAgentChild(int agent_binary_fd, int child_sync_fd, int l
 
 // Host-side root build, between the id maps and the go byte: an idmapped, read-only, recursive clone of the
 // template at <dir>/lower (files owned by host root appear owned by the sandbox's root), and an overlay
-// (lower + <dir>/disk/upper + <dir>/disk/work, on the sandbox's layer disk) at <dir>/rootfs. `userns_pid` names the child whose user namespace
-// supplies the id mapping.
+// (lower + <dir>/disk/upper + <dir>/disk/work, on the sandbox's layer disk) at <dir>/rootfs. `userns_pid` names the
+// child whose user namespace supplies the id mapping.
 Status buildRootfs(pid_t userns_pid, const std::string& template_rootfs, const std::string& dir);
 
 // Lazily unmounts <dir>/rootfs, <dir>/lower and <dir>/disk in the host's namespace (repeatedly, in case of stacking).

@@ -3,6 +3,8 @@
 
 #include <gtest/gtest.h>
 
+#include <vector>
+
 #include "http/base64.h"
 
 namespace space::http {
@@ -53,7 +55,7 @@ TEST(Url, Endpoints) {
 }
 
 TEST(Base64, RoundTrip) {
-  for (std::string s : {"", "a", "ab", "abc", "abcd", std::string("\0\xff\x10", 3)}) {
+  for (const std::string& s : std::vector<std::string>{"", "a", "ab", "abc", "abcd", std::string("\0\xff\x10", 3)}) {
     EXPECT_EQ(*base64Decode(base64Encode(s)), s);
   }
   EXPECT_EQ(base64Encode("hello\n"), "aGVsbG8K");

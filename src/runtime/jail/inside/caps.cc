@@ -14,8 +14,8 @@ namespace space::jail {
 namespace {
 // What stays. CAP_SETPCAP lets the agent shrink the sets further for the commands it starts.
 const std::vector<cap_value_t> kKeptCaps = {
-    CAP_CHOWN,  CAP_DAC_OVERRIDE,     CAP_FOWNER,      CAP_FSETID,      CAP_KILL,        CAP_SETGID,
-    CAP_SETUID, CAP_SETPCAP,          CAP_NET_BIND_SERVICE, CAP_SYS_CHROOT, CAP_AUDIT_WRITE, CAP_SETFCAP,
+    CAP_CHOWN,  CAP_DAC_OVERRIDE, CAP_FOWNER,           CAP_FSETID,     CAP_KILL,        CAP_SETGID,
+    CAP_SETUID, CAP_SETPCAP,      CAP_NET_BIND_SERVICE, CAP_SYS_CHROOT, CAP_AUDIT_WRITE, CAP_SETFCAP,
 };
 
 bool kept(cap_value_t cap) {

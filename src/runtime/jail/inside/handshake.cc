@@ -8,8 +8,8 @@
 namespace space::jail {
 
 nlohmann::json JailInitConfig::toJson() const {
-  return {{"rootfs", rootfs}, {"hostname", hostname}, {"nofile", nofile}, {"shm_bytes", shm_bytes},
-          {"env", env},       {"seccomp_policy", seccomp_policy}};
+  return {{"rootfs", rootfs},       {"hostname", hostname}, {"nofile", nofile},
+          {"shm_bytes", shm_bytes}, {"env", env},           {"seccomp_policy", seccomp_policy}};
 }
 
 Result<JailInitConfig> JailInitConfig::fromJson(const std::string& text) {

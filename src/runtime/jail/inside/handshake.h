@@ -12,9 +12,8 @@
 #include <chrono>
 #include <cstdint>
 #include <map>
-#include <string>
-
 #include <nlohmann/json.hpp>
+#include <string>
 
 #include "common/result.h"
 
@@ -25,7 +24,7 @@ inline constexpr const char* kJailInitFlag = "--jail-init";
 inline constexpr char kGoByte = 'G';
 
 struct JailInitConfig {
-  std::string rootfs;       // host path of the sandbox's overlay root, pivoted into
+  std::string rootfs;  // host path of the sandbox's overlay root, pivoted into
   std::string hostname;
   uint32_t nofile = 4096;
   uint64_t shm_bytes = 64ull << 20;
@@ -37,9 +36,9 @@ struct JailInitConfig {
 };
 
 struct HandshakeMessage {
-  std::string kind;   // note | mounted | ready | error
-  std::string step;   // error only
-  int err = 0;        // error only
+  std::string kind;  // note | mounted | ready | error
+  std::string step;  // error only
+  int err = 0;       // error only
   std::string text;
 };
 

@@ -1,10 +1,11 @@
 // Landlock: a second, LSM-level wall behind seccomp and the missing CAP_MKNOD. The ruleset handles the
 // device-creation rights and grants them nowhere, so no process in the sandbox can make a device node
 // anywhere (J10), whatever capabilities or user namespaces it might gain.
+#include "sys/landlock.h"
+
 #include <linux/landlock.h>
 
 #include "runtime/jail/inside/steps.h"
-#include "sys/landlock.h"
 
 namespace space::jail {
 

@@ -21,8 +21,7 @@ namespace {
 Status doMount(const std::string& source, const std::string& target, const char* type, unsigned long flags,
                const std::string& data = "") {
   if (mount(source.c_str(), target.c_str(), type, flags, data.empty() ? nullptr : data.c_str()) < 0)
-    return sysError(errno, "mount {} on {} (type {}, flags {:#x}, {})", source, target, type ? type : "-", flags,
-                    data);
+    return sysError(errno, "mount {} on {} (type {}, flags {:#x}, {})", source, target, type ? type : "-", flags, data);
   return ok();
 }
 
@@ -109,9 +108,9 @@ Status buildDev(const JailInitConfig& config) {
 Status maskProc(const JailInitConfig& config) {
   std::string proc = config.rootfs + "/proc";
   // Files that leak host kernel state or act on the host (J3, J11): covered by /dev/null.
-  for (const char* file : {"kcore", "kallsyms", "kmsg", "sched_debug", "timer_list", "timer_stats", "keys",
-                           "key-users", "latency_stats", "sysrq-trigger", "kpagecount", "kpageflags",
-                           "kpagecgroup", "config.gz", "modules", "slabinfo", "vmallocinfo", "buddyinfo"}) {
+  for (const char* file : {"kcore", "kallsyms", "kmsg", "sched_debug", "timer_list", "timer_stats", "keys", "key-users",
+                           "latency_stats", "sysrq-trigger", "kpagecount", "kpageflags", "kpagecgroup", "config.gz",
+                           "modules", "slabinfo", "vmallocinfo", "buddyinfo"}) {
     std::string path = proc + "/" + file;
     struct stat st;
     if (lstat(path.c_str(), &st) < 0 || !S_ISREG(st.st_mode)) continue;

@@ -7,7 +7,6 @@
 #include <unistd.h>
 
 #include <memory>
-
 #include <nlohmann/json.hpp>
 
 #include "common/unique_fd.h"

@@ -65,7 +65,8 @@ std::vector<Case> cases() {
       {"open_tree", Verdict::kDenied, [=] { return syscall(SYS_open_tree, -1, kNull, 0); }},
       {"move_mount", Verdict::kDenied, [=] { return syscall(SYS_move_mount, -1, kNull, -1, kNull, 0); }},
       {"open_by_handle_at", Verdict::kDenied, [=] { return syscall(SYS_open_by_handle_at, -1, kNull, 0); }},
-      {"name_to_handle_at", Verdict::kDenied, [=] { return syscall(SYS_name_to_handle_at, -1, kNull, kNull, kNull, 0); }},
+      {"name_to_handle_at", Verdict::kDenied,
+       [=] { return syscall(SYS_name_to_handle_at, -1, kNull, kNull, kNull, 0); }},
       {"init_module", Verdict::kDenied, [=] { return syscall(SYS_init_module, kNull, 0, kNull); }},
       {"finit_module", Verdict::kDenied, [=] { return syscall(SYS_finit_module, -1, kNull, 0); }},
       {"delete_module", Verdict::kDenied, [=] { return syscall(SYS_delete_module, kNull, 0); }},
@@ -100,7 +101,8 @@ TEST(SeccompPolicy, CompilesWithReasons) {
 }
 
 TEST(SeccompPolicy, RejectsRuleWithoutReason) {
-  auto prog = compileSeccompPolicy(R"({"default_action":"errno:EPERM","rules":[{"syscalls":["read"],"action":"allow"}]})");
+  auto prog =
+      compileSeccompPolicy(R"({"default_action":"errno:EPERM","rules":[{"syscalls":["read"],"action":"allow"}]})");
   EXPECT_FALSE(prog);
 }
 
@@ -129,10 +131,15 @@ TEST(SeccompPolicy, GoldenDecisions) {
   close(pipefd[1]);
   for (const Case& c : all) {
     int result = -1;
-    ASSERT_EQ(read(pipefd[0], &result, sizeof result), static_cast<ssize_t>(sizeof result)) << "child died at " << c.name;
+    ASSERT_EQ(read(pipefd[0], &result, sizeof result), static_cast<ssize_t>(sizeof result))
+        << "child died at " << c.name;
     switch (c.expected) {
-      case Verdict::kDenied: EXPECT_EQ(result, EPERM) << c.name << " should be denied, got errno " << result; break;
-      case Verdict::kNoSys: EXPECT_EQ(result, ENOSYS) << c.name << " should be ENOSYS, got errno " << result; break;
+      case Verdict::kDenied:
+        EXPECT_EQ(result, EPERM) << c.name << " should be denied, got errno " << result;
+        break;
+      case Verdict::kNoSys:
+        EXPECT_EQ(result, ENOSYS) << c.name << " should be ENOSYS, got errno " << result;
+        break;
       case Verdict::kAllowed:
         EXPECT_TRUE(result != EPERM && result != ENOSYS) << c.name << " should be allowed, got errno " << result;
         break;
