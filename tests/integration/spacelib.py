@@ -442,6 +442,9 @@ class Daemon:
 
     def __init__(self, state_dir: Path | None = None, config: dict | None = None, extra_args=()):
         self.state = Path(state_dir or tempfile.mkdtemp(prefix="space-test-", dir="/var/tmp"))
+        # mkdtemp makes 0700; sandbox uids must traverse the state dir to reach their layer (like the
+        # default /var/lib/space, which is 0755).
+        os.chmod(self.state, 0o755)
         self.sock = str(self.state / "spaced.sock")
         self.config_path = self.state / "config.json"
         self.config = config if config is not None else {"pool_size": 2, "default_template": "busybox",

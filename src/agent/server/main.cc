@@ -1,6 +1,8 @@
 // space-agent: PID 1 of every sandbox.
 //   space-agent --jail-init …         started by the jail runtime: contain, then serve
-//   space-agent --listen PATH [--root DIR]   serve on a unix socket without containment (tests, VM init)
+//   space-agent --listen PATH [--root DIR]   serve on a unix socket without containment (tests)
+//   space-agent --vm-init             PID 1 of a SPACE microVM: mount, load modules, serve on virtio-serial
+#include <sys/reboot.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <unistd.h>
@@ -11,6 +13,7 @@
 
 #include "agent/server/serve.h"
 #include "runtime/jail/inside/jail_init.h"
+#include "runtime/vm/inside/vm_init.h"
 
 namespace {
 
@@ -29,6 +32,30 @@ int listenUnix(const std::string& path) {
   return fd;
 }
 
+// The kernel passes init the arguments after `--` on its command line, behind any unknown boot options.
+bool hasArg(int argc, char** argv, const char* want) {
+  for (int i = 1; i < argc; ++i) {
+    if (std::strcmp(argv[i], want) == 0) return true;
+  }
+  return false;
+}
+
+// PID 1 of a VM must not return: the kernel would panic. Reboot instead; SPACE runs QEMU with
+// -no-reboot, so the VM ends and the host sees the VMM exit.
+int vmInitMain(int argc, char** argv) {
+  int rc = 1;
+  if (auto options = space::vm::vmInit(argc, argv); !options) {
+    std::fprintf(stderr, "space-agent: %s\n", options.error().message.c_str());
+  } else {
+    rc = space::agent::serve(*options);
+  }
+  if (getpid() == 1) {
+    sync();
+    reboot(RB_AUTOBOOT);
+  }
+  return rc;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -40,6 +67,7 @@ int main(int argc, char** argv) {
     }
     return space::agent::serve(*options);
   }
+  if (hasArg(argc, argv, "--vm-init")) return vmInitMain(argc, argv);
   if (argc >= 3 && std::strcmp(argv[1], "--listen") == 0) {
     space::agent::ServeOptions options;
     options.listen_fd = listenUnix(argv[2]);
@@ -52,6 +80,6 @@ int main(int argc, char** argv) {
     options.is_pid1 = getpid() == 1;
     return space::agent::serve(options);
   }
-  std::fprintf(stderr, "usage: space-agent --jail-init …  |  space-agent --listen PATH [--root DIR]\n");
+  std::fprintf(stderr, "usage: space-agent --jail-init …  |  space-agent --listen PATH [--root DIR]  |  space-agent --vm-init\n");
   return 2;
 }

@@ -3,6 +3,7 @@
 // channel has credit and the connection's unsent bytes are below kOutHighWater, so memory stays bounded
 // however fast a process writes or however slowly the host reads.
 #include <fcntl.h>
+#include <poll.h>
 #include <signal.h>
 #include <sys/prctl.h>
 #include <sys/signalfd.h>
@@ -83,11 +84,20 @@ Status Server::setup() {
 
   epoll_.reset(epoll_create1(EPOLL_CLOEXEC));
   if (!epoll_) return sysError(errno, "epoll_create1");
-  // The listening fd may come from a launcher; it must not reach sandbox processes.
-  fcntl(options_.listen_fd, F_SETFD, FD_CLOEXEC);
-  listen_.reset(options_.listen_fd);
   uint32_t w = 0;
-  watch(listen_.get(), kListen, 0, &w, EPOLLIN);
+  if (options_.device_fd >= 0) {
+    device_.reset(options_.device_fd);
+    fcntl(device_.get(), F_SETFD, FD_CLOEXEC);
+    int flags = fcntl(device_.get(), F_GETFL);
+    if (flags < 0 || fcntl(device_.get(), F_SETFL, flags | O_NONBLOCK) < 0)
+      return sysError(errno, "set O_NONBLOCK on the host device");
+    armDevice();
+  } else {
+    // The listening fd may come from a launcher; it must not reach sandbox processes.
+    fcntl(options_.listen_fd, F_SETFD, FD_CLOEXEC);
+    listen_.reset(options_.listen_fd);
+    watch(listen_.get(), kListen, 0, &w, EPOLLIN);
+  }
   w = 0;
   watch(signal_fd_.get(), kSignal, 0, &w, EPOLLIN);
   return ok();
@@ -137,7 +147,9 @@ void Server::dispatch(const epoll_event& ev) {
   auto kind = static_cast<Tag>(ev.data.u64 >> 56);
   uint64_t key = ev.data.u64 & ((uint64_t{1} << 56) - 1);
   switch (kind) {
-    case kListen: acceptConnection(); return;
+    case kListen:
+      if (device_) return acceptDeviceSession();
+      return acceptConnection();
     case kConn:
       if (ev.events & (EPOLLIN | EPOLLHUP | EPOLLERR)) readConnection();
       if (conn_ && (ev.events & EPOLLOUT)) flushConnection();
@@ -178,6 +190,33 @@ void Server::acceptConnection() {
   watch(conn_.get(), kConn, 0, &conn_watch_, EPOLLIN);
 }
 
+// Waits for a host on the device. Edge-triggered because a virtio-serial port reports POLLHUP for as
+// long as no host is connected: level-triggered, that would spin. The driver wakes its poll queue when
+// the host connects, and EPOLL_CTL_ADD reports the current state once, so no connection is missed.
+void Server::armDevice() {
+  watch(device_.get(), kListen, 0, &device_watch_, EPOLLIN | EPOLLOUT | EPOLLET);
+}
+
+void Server::acceptDeviceSession() {
+  if (conn_) return;
+  pollfd pfd{device_.get(), POLLIN, 0};
+  if (::poll(&pfd, 1, 0) < 0) return;
+  if ((pfd.revents & POLLHUP) && !(pfd.revents & POLLIN)) return;  // still no host behind the port
+  unwatch(device_.get(), &device_watch_);
+  // A dup, so that closing the session (conn_) keeps the device open for the next host.
+  UniqueFd fd(fcntl(device_.get(), F_DUPFD_CLOEXEC, 3));
+  if (!fd) {
+    log(sysError(errno, "dup host device").value().message);
+    return armDevice();
+  }
+  conn_ = std::move(fd);
+  conn_hello_ = false;
+  decoder_ = protocol::Decoder();
+  out_.clear();
+  out_pos_ = 0;
+  watch(conn_.get(), kConn, 0, &conn_watch_, EPOLLIN);
+}
+
 void Server::dropConnection(const std::string& why) {
   if (!conn_) return;
   log("dropping host connection: " + why);
@@ -198,6 +237,7 @@ void Server::dropConnection(const std::string& why) {
   out_.clear();
   out_pos_ = 0;
   decoder_ = protocol::Decoder();
+  if (device_) armDevice();
 }
 
 void Server::readConnection() {
@@ -220,7 +260,9 @@ void Server::readConnection() {
 void Server::flushConnection() {
   if (!conn_) return;
   while (out_pos_ < out_.size()) {
-    ssize_t n = send(conn_.get(), out_.data() + out_pos_, out_.size() - out_pos_, MSG_NOSIGNAL | MSG_DONTWAIT);
+    // A char device is not a socket: send() would fail with ENOTSOCK there.
+    ssize_t n = device_ ? write(conn_.get(), out_.data() + out_pos_, out_.size() - out_pos_)
+                        : send(conn_.get(), out_.data() + out_pos_, out_.size() - out_pos_, MSG_NOSIGNAL | MSG_DONTWAIT);
     if (n < 0) {
       if (errno == EINTR) continue;
       if (errno == EAGAIN) break;
@@ -260,6 +302,14 @@ void Server::handleHello(const Frame& frame) {
 void Server::handleFrame(Frame& frame) {
   if (!conn_hello_) {
     if (frame.type != FrameType::kHello || frame.channel != 0) return dropConnection("first frame is not a hello");
+    return handleHello(frame);
+  }
+  if (frame.type == FrameType::kHello && device_) {
+    // Behind a device the host can reconnect before the agent sees the hang-up: a new hello starts a
+    // new session on the same stream.
+    dropConnection("host started a new session");
+    acceptDeviceSession();
+    if (!conn_) return;
     return handleHello(frame);
   }
   switch (frame.type) {

@@ -106,6 +106,8 @@ class Server {
   Status setup();
   void dispatch(const epoll_event& ev);
   void acceptConnection();
+  void acceptDeviceSession();
+  void armDevice();
   void dropConnection(const std::string& why);
   void readConnection();
   void flushConnection();
@@ -179,6 +181,10 @@ class Server {
   UniqueFd root_;  // O_PATH directory fd of options_.root; every file path resolves beneath it
   UniqueFd epoll_, signal_fd_, listen_;
   UniqueFd conn_;
+  // Device mode (options_.device_fd): conn_ is a dup of device_ while a host session is live; while none
+  // is, device_ itself waits edge-triggered for the host to connect.
+  UniqueFd device_;
+  uint32_t device_watch_ = 0;
   bool conn_hello_ = false;
   uint32_t conn_watch_ = 0;
   protocol::Decoder decoder_;

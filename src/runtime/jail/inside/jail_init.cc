@@ -49,7 +49,7 @@ Result<agent::ServeOptions> jailInit(int argc, char** argv) {
 
   agent::ServeOptions options;
   options.listen_fd = listen_fd;
-  options.root = "/";
+  // options.root keeps its default "/": after pivot_root that is the sandbox's root.
   options.is_pid1 = getpid() == 1;
   options.base_env = {{"PATH", "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"},
                       {"HOME", "/root"},

@@ -1,0 +1,118 @@
+#include "runtime/vm/launch.h"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <fstream>
+#include <sstream>
+
+#include "sys/process.h"
+
+extern char** environ;
+
+namespace space::vm {
+
+std::string guestCmdline(const QemuSpec& spec) {
+  // pci=off: microvm has no PCI bus; probing for one only costs time.
+  // console=ttyS0: the kernel's log goes to console.log. quiet: every console byte is a trapped I/O
+  // write, costly under TCG. panic=-1 and reboot=t with QEMU's -no-reboot: a dying guest ends the VMM
+  // instead of hanging. --vm-init (no '=', no '.') is passed by the kernel to init as an argument.
+  std::string cmdline =
+      "console=ttyS0 quiet loglevel=3 panic=-1 reboot=t random.trust_cpu=on pci=off rdinit=/sbin/space-agent --vm-init";
+  if (!spec.extra_cmdline.empty()) cmdline += " " + spec.extra_cmdline;
+  return cmdline;
+}
+
+std::vector<std::string> buildQemuArgv(const QemuSpec& spec) {
+  VmPaths paths = VmPaths::in(spec.dir);
+  std::vector<std::string> a = {spec.qemu, "-nodefaults", "-no-user-config", "-nographic", "-no-reboot"};
+  // microvm: no PCI, no firmware tables beyond what the kernel needs; devices are virtio-mmio. The
+  // guest stalls at boot without the RTC here (calibration), hence rtc=on.
+  std::string machine = "microvm,rtc=on";
+  if (!spec.memory_file.empty()) machine += ",memory-backend=mem";
+  a.insert(a.end(), {"-machine", machine});
+  if (spec.accel == Accel::kKvm) {
+    a.insert(a.end(), {"-accel", "kvm", "-cpu", "host"});
+  } else {
+    a.insert(a.end(), {"-accel", "tcg"});
+  }
+  a.insert(a.end(), {"-smp", std::to_string(spec.vcpus), "-m", std::to_string(spec.memory_mib) + "M"});
+  if (!spec.memory_file.empty()) {
+    a.insert(a.end(), {"-object", "memory-backend-file,id=mem,size=" + std::to_string(spec.memory_mib) +
+                                      "M,mem-path=" + spec.memory_file +
+                                      ",share=" + (spec.memory_file_shared ? "on" : "off")});
+  }
+  a.insert(a.end(), {"-kernel", spec.kernel, "-initrd", spec.initrd, "-append", guestCmdline(spec)});
+  a.insert(a.end(), {"-chardev", "file,id=con,path=" + paths.console, "-serial", "chardev:con"});
+  a.insert(a.end(), {"-device", "virtio-serial-device,max_ports=2", "-chardev",
+                     "socket,id=agent,path=" + paths.agent + ",server=on,wait=off", "-device",
+                     "virtserialport,chardev=agent,name=space.agent"});
+  for (size_t i = 0; i < spec.disks.size(); ++i) {
+    const DiskSpec& d = spec.disks[i];
+    std::string id = "disk" + std::to_string(i);
+    a.insert(a.end(), {"-drive", "id=" + id + ",file=" + d.path + ",format=" + d.format + ",if=none,cache=unsafe" +
+                                     (d.read_only ? ",read-only=on" : ""),
+                       "-device", "virtio-blk-device,drive=" + id});
+  }
+  a.insert(a.end(), {"-qmp", "unix:" + paths.qmp + ",server=on,wait=off"});
+  if (spec.incoming_defer) a.insert(a.end(), {"-incoming", "defer"});
+  return a;
+}
+
+bool kvmUsable() {
+  int fd = open("/dev/kvm", O_RDWR | O_CLOEXEC);
+  if (fd < 0) return false;
+  close(fd);
+  return true;
+}
+
+Result<QemuProcess> launchQemu(const QemuSpec& spec) {
+  VmPaths paths = VmPaths::in(spec.dir);
+  // Stale sockets of an earlier run would let us connect to nothing.
+  unlink(paths.qmp.c_str());
+  unlink(paths.agent.c_str());
+  std::vector<std::string> argv = buildQemuArgv(spec);
+  std::vector<char*> cargv;
+  for (auto& s : argv) cargv.push_back(s.data());
+  cargv.push_back(nullptr);
+
+  posix_spawn_file_actions_t actions;
+  posix_spawnattr_t attr;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawnattr_init(&attr);
+  posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0);
+  posix_spawn_file_actions_addopen(&actions, 1, paths.log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
+  posix_spawn_file_actions_adddup2(&actions, 1, 2);
+  // Own session: a signal to spaced's process group (Ctrl-C, a restart) does not reach the VMMs.
+  posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSID | POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
+  sigset_t empty, all;
+  sigemptyset(&empty);
+  sigfillset(&all);
+  posix_spawnattr_setsigmask(&attr, &empty);
+  posix_spawnattr_setsigdefault(&attr, &all);
+  pid_t pid = -1;
+  int rc = posix_spawnp(&pid, spec.qemu.c_str(), &actions, &attr, cargv.data(), environ);
+  posix_spawn_file_actions_destroy(&actions);
+  posix_spawnattr_destroy(&attr);
+  if (rc != 0) return sysError(rc, "spawn {}", spec.qemu);
+  QemuProcess proc;
+  proc.pid = pid;
+  auto pidfd = sys::pidfdOpen(pid);
+  if (pidfd) proc.pidfd = std::move(*pidfd);
+  return proc;
+}
+
+bool isQemuOf(pid_t pid, const std::string& dir) {
+  if (pid <= 0) return false;
+  std::ifstream in("/proc/" + std::to_string(pid) + "/cmdline");
+  if (!in) return false;
+  std::stringstream ss;
+  ss << in.rdbuf();
+  std::string cmdline = ss.str();
+  return cmdline.find("unix:" + VmPaths::in(dir).qmp + ",") != std::string::npos;
+}
+
+}  // namespace space::vm

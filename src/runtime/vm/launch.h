@@ -1,0 +1,71 @@
+// Starting a QEMU `microvm` for one sandbox: the argv built from a spec (a pure function, tested), and
+// the VMM process itself. Every host-side path of a VM lives in its directory: QMP and agent sockets,
+// the console log, QEMU's own log.
+#pragma once
+
+#include <sys/types.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "common/result.h"
+#include "common/unique_fd.h"
+
+namespace space::vm {
+
+struct DiskSpec {
+  std::string path;
+  std::string format = "raw";  // "raw" | "qcow2"
+  bool read_only = false;
+};
+
+enum class Accel { kKvm, kTcg };
+
+struct QemuSpec {
+  std::string qemu = "qemu-system-x86_64";
+  Accel accel = Accel::kTcg;
+  uint32_t vcpus = 1;
+  uint64_t memory_mib = 256;
+  std::string kernel;
+  std::string initrd;
+  std::string extra_cmdline;         // appended to the guest kernel's command line
+  std::vector<DiskSpec> disks;       // /dev/vda, /dev/vdb, … in order
+  std::string dir;                   // the VM's directory (sockets, logs)
+  // Guest RAM in this file instead of anonymous memory. shared: writes reach the file (a template being
+  // warmed); private: a copy-on-write mapping of it (a VM restored from the template; the file never
+  // changes, and untouched pages are shared by every VM of the template).
+  std::string memory_file;
+  bool memory_file_shared = false;
+  bool incoming_defer = false;       // start stopped, waiting for QMP migrate-incoming
+};
+
+// Host paths inside the VM's directory.
+struct VmPaths {
+  std::string qmp, agent, console, log;
+  static VmPaths in(const std::string& dir) {
+    return {dir + "/qmp.sock", dir + "/agent.sock", dir + "/console.log", dir + "/qemu.log"};
+  }
+};
+
+// The guest kernel command line SPACE uses, before spec.extra_cmdline.
+std::string guestCmdline(const QemuSpec& spec);
+std::vector<std::string> buildQemuArgv(const QemuSpec& spec);
+
+// True when /dev/kvm opens read-write (KVM usable by this process).
+bool kvmUsable();
+
+// The VMM process. Started in its own session so that it outlives spaced (reattach after a restart);
+// the pidfd makes signalling and waiting immune to pid reuse.
+struct QemuProcess {
+  pid_t pid = -1;
+  UniqueFd pidfd;
+};
+
+Result<QemuProcess> launchQemu(const QemuSpec& spec);
+
+// Whether pid is still the QEMU of this VM directory (its command line names the QMP socket): guards
+// destroy and reattach, which start from a persisted pid, against pid reuse.
+bool isQemuOf(pid_t pid, const std::string& dir);
+
+}  // namespace space::vm
