@@ -562,6 +562,8 @@ class Daemon:
                         os.rmdir(sub)
                     except OSError:
                         pass
+        if os.environ.get("SPACE_TEST_KEEP_LOGS"):
+            shutil.copy(self.log_path, str(self.state) + ".log") if self.log_path.exists() else None
         shutil.rmtree(self.state, ignore_errors=True)
 
 

@@ -10,9 +10,10 @@
 namespace space::api {
 
 Result<ExecCommand> parseExec(std::string_view body, bool foreground) {
-  auto fields = foreground ? std::initializer_list<std::string_view>{"cmd", "shell", "env", "cwd", "user", "stdin", "timeout_s"}
-                           : std::initializer_list<std::string_view>{"cmd", "shell", "env", "cwd", "user"};
-  ASSIGN_OR_RETURN(auto in, JsonInput::parse(body, fields));
+  // Two named lists: an initializer_list chosen by ?: would point at arrays that die with the expression.
+  static const std::initializer_list<std::string_view> kForegroundFields = {"cmd", "shell", "env", "cwd", "user", "stdin", "timeout_s"};
+  static const std::initializer_list<std::string_view> kBackgroundFields = {"cmd", "shell", "env", "cwd", "user"};
+  ASSIGN_OR_RETURN(auto in, JsonInput::parse(body, foreground ? kForegroundFields : kBackgroundFields));
   ExecCommand out;
   auto& req = out.request;
   ASSIGN_OR_RETURN(auto cmd, in.stringArray("cmd", 4096));
