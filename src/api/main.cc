@@ -69,6 +69,7 @@ int main(int argc, char** argv) {
   app.add_option("--default-disk-mib", default_disk_mib, "disk quota when create gives none")->check(CLI::Range(16, 1 << 30));
   app.add_option("--default-ttl", flags.default_ttl_s, "TTL in seconds when create gives none (0: none)");
   app.add_option("--max-ttl", flags.max_ttl_s, "largest TTL a client may ask for, in seconds");
+  app.add_option("--cgroup-parent", flags.cgroup_parent, "cgroup directory (in every hierarchy) holding the sandboxes' groups");
   app.add_option("--max-sandboxes", flags.max_sandboxes, "sandboxes this node runs at most");
   app.add_option("--disk-volume-bytes", flags.disk_volume_bytes, "sparse size of the volume holding writable layers");
   app.add_option("--log-level", flags.log_level, "trace, debug, info, warn, error")
@@ -102,6 +103,7 @@ int main(int argc, char** argv) {
   if (given("--default-ttl")) config.default_ttl_s = flags.default_ttl_s;
   if (given("--max-ttl")) config.max_ttl_s = flags.max_ttl_s;
   if (given("--max-sandboxes")) config.max_sandboxes = flags.max_sandboxes;
+  if (given("--cgroup-parent")) config.cgroup_parent = flags.cgroup_parent;
   if (given("--disk-volume-bytes")) config.disk_volume_bytes = flags.disk_volume_bytes;
   if (given("--log-level")) config.log_level = flags.log_level;
   fillDefaults(config);

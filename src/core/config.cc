@@ -81,6 +81,10 @@ Result<DaemonConfig> DaemonConfig::fromJson(const json& j, DaemonConfig base) {
       TRY(readString(v, key, c.default_template));
     } else if (key == "pool_size") {
       TRY(readInt(v, key, c.pool_size, 0, 1000));
+    } else if (key == "cgroup_parent") {
+      TRY(readString(v, key, c.cgroup_parent));
+      if (c.cgroup_parent.empty() || c.cgroup_parent.find_first_of("/.") != std::string::npos)
+        return makeError(ErrorKind::kInvalidArgument, "cgroup_parent must be a plain directory name");
     } else if (key == "pool_templates") {
       TRY(readString(v, key, c.pool_templates));
     } else if (key == "default_limits") {
@@ -118,6 +122,7 @@ nlohmann::json DaemonConfig::toJson() const {
           {"default_template", default_template},
           {"pool_size", pool_size},
           {"pool_templates", pool_templates},
+          {"cgroup_parent", cgroup_parent},
           {"default_limits",
            {{"cpus", default_limits.cpu_millis / 1000.0},
             {"memory_mib", default_limits.memory_bytes >> 20},

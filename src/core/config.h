@@ -25,6 +25,7 @@ struct DaemonConfig {
   int64_t max_ttl_s = 7 * 24 * 3600;
   uint64_t disk_volume_bytes = 64ull << 30;  // sparse size of the XFS volume holding writable layers
   int max_sandboxes = 1000;
+  std::string cgroup_parent = "space";     // sandboxes' cgroups live in <hierarchy>/<cgroup_parent>/<id>
   std::string log_level = "info";
 
   static Result<DaemonConfig> fromJson(const nlohmann::json& j, DaemonConfig base);

@@ -10,12 +10,19 @@ namespace space::core {
 Result<std::unique_ptr<SandboxManager>> makeSandboxManager(const DaemonConfig& config) {
   if (mkdir(config.state_dir.c_str(), 0711) < 0 && errno != EEXIST)
     return sysError(errno, "create state directory {}", config.state_dir);
+  // Each sandbox's init resolves its root under <state_dir>/sandboxes as its own unprivileged uid before
+  // pivot_root: the state directory must be traversable (x) by others, never readable.
+  struct stat st;
+  if (stat(config.state_dir.c_str(), &st) < 0) return sysError(errno, "stat {}", config.state_dir);
+  if ((st.st_mode & 0011) != 0011 && chmod(config.state_dir.c_str(), (st.st_mode & 07777) | 0011) < 0)
+    return sysError(errno, "make state directory {} traversable", config.state_dir);
   ASSIGN_OR_RETURN(auto store, store::Store::open(config.state_dir));
 
   jail::JailConfig jail_config;
   jail_config.state_dir = config.state_dir;
   jail_config.agent_binary = config.agent_binary;
   jail_config.seccomp_policy = config.seccomp_policy;
+  jail_config.cgroup_parent = config.cgroup_parent;
   ASSIGN_OR_RETURN(auto jail, jail::JailRuntime::create(jail_config));
 
   auto templates = std::make_unique<store::TemplateBuilder>(config.state_dir, *store);

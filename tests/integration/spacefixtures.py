@@ -61,7 +61,17 @@ def start_daemon_with_busybox(config=None, extra_args=(), build_template=True) -
 
 
 def leak_report(d: Daemon, pool_ids: set[str], baseline_uid_procs: set[tuple[int, str]]) -> list[str]:
-    """Everything of this daemon's sandboxes that still exists on the host, except the pool's."""
+    """Everything of this daemon's sandboxes that still exists on the host, except the pool's (polled for a
+    few seconds: killed tasks take a moment to leave the kernel)."""
+    deadline = time.monotonic() + 5
+    while True:
+        problems = _leak_report_now(d, pool_ids, baseline_uid_procs)
+        if not problems or time.monotonic() >= deadline:
+            return problems
+        time.sleep(0.2)
+
+
+def _leak_report_now(d: Daemon, pool_ids: set[str], baseline_uid_procs: set[tuple[int, str]]) -> list[str]:
     problems = []
     seen = d.seen_ids()
     ours = seen - pool_ids

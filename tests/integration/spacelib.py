@@ -621,6 +621,11 @@ def agent_host_pid(sid: str) -> int | None:
     return None
 
 
+def is_zombie(pid: int) -> bool:
+    s = read(f"/proc/{pid}/stat")
+    return bool(s) and s.rsplit(")", 1)[1].split()[0] in ("Z", "X")
+
+
 def pid_start_time(pid: int) -> str | None:
     s = read(f"/proc/{pid}/stat")
     if not s:
@@ -704,7 +709,7 @@ def processes_in_uid_range() -> dict[int, int]:
     out = {}
     for p in all_pids():
         u = uids_of(p)
-        if u and UID_BASE <= u[0] < 0xFFFFFFFF:
+        if u and UID_BASE <= u[0] < 0xFFFFFFFF and not is_zombie(p):
             out[p] = u[0]
     return out
 
@@ -718,10 +723,20 @@ class SandboxFootprint:
     dir: Path | None
     loops: list[str] = field(default_factory=list)
 
-    def remaining(self, daemon_pid: int | None = None) -> list[str]:
+    def remaining(self, daemon_pid: int | None = None, grace: float = 5.0) -> list[str]:
+        """What is still there; polls for up to `grace` seconds because the kernel finishes tearing down
+        killed tasks (and their parent reaps them) shortly after destroy returns."""
+        deadline = time.monotonic() + grace
+        while True:
+            left = self._remaining_now(daemon_pid)
+            if not left or time.monotonic() >= deadline:
+                return left
+            time.sleep(0.1)
+
+    def _remaining_now(self, daemon_pid: int | None = None) -> list[str]:
         left = []
         for pid, start in self.pids:
-            if start is not None and pid_start_time(pid) == start:
+            if start is not None and pid_start_time(pid) == start and not is_zombie(pid):
                 left.append(f"process {pid} ({read(f'/proc/{pid}/comm').strip()}) still runs")
         old = {p for p, _ in self.pids}
         for pid in sandbox_pids(self.sid):

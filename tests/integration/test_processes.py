@@ -1,5 +1,6 @@
 """Background processes: start several, list, read logs (drained and followed), signal."""
 
+import spacelib
 from spacelib import ApiError, wait_for
 
 
@@ -24,8 +25,9 @@ def test_many_background_processes(client, sandbox):
         assert listed[p["id"]]["pid"] == p["pid"]
 
     # They really run inside the sandbox.
-    r = client.sh(sandbox, "ps -o args | grep -c '^sleep 1000' || true")
-    assert int(r.out.strip()) == 6, r
+    # A process may not have reached `exec sleep` yet: wait until all six are sleeping.
+    spacelib.wait_for(lambda: client.sh(sandbox, "ps -o args | grep -c '^sleep 1000' || true").out.strip() == "6",
+                      timeout=20, what="six sleeping background processes")
 
     for i, p in enumerate(started):
         logs = wait_for(lambda: (lambda r: r if f"proc-{i}\n" in r.out else None)(client.logs(sandbox, p["id"])),
@@ -99,7 +101,7 @@ def test_process_errors(client, sandbox):
         status, _, resp = client.raw(method, path, body)
         assert status == 404, (path, status, resp)
     p = client.start_process(sandbox, cmd=["sleep", "1000"])
-    for bad in ("NOSUCHSIG", 0, 99999, -3, None, [1]):
+    for bad in ("NOSUCHSIG", 0, 99999, -3, [1], {"x": 1}):
         status, _, resp = client.raw("POST", f"/v1/sandboxes/{sandbox}/processes/{p['id']}/signal", {"signal": bad})
         assert status == 400, (bad, status, resp)
     status, _, resp = client.raw("POST", f"/v1/sandboxes/{sandbox}/processes", {"cmd": "not-a-list"})

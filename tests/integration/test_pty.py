@@ -118,8 +118,8 @@ def test_shell_exit_status_propagates(shell, sandbox):
 
 def test_shell_initial_size_and_resize(shell, sandbox):
     t = shell(sandbox, rows=30, cols=100)
-    t.send(b"stty size; echo size-done\n")
-    t.expect(b"size-done\r\n", timeout=30)
+    t.send(b"stty size; echo size-$((1+1))-done\n")
+    t.expect(b"size-2-done", timeout=30)
     assert b"30 100" in t.buf, t.buf[-500:]
     t.resize(50, 132)
     # The resize travels asynchronously; ask until the shell sees it (no timing assertion).

@@ -193,9 +193,7 @@ void Server::acceptConnection() {
 // Waits for a host on the device. Edge-triggered because a virtio-serial port reports POLLHUP for as
 // long as no host is connected: level-triggered, that would spin. The driver wakes its poll queue when
 // the host connects, and EPOLL_CTL_ADD reports the current state once, so no connection is missed.
-void Server::armDevice() {
-  watch(device_.get(), kListen, 0, &device_watch_, EPOLLIN | EPOLLOUT | EPOLLET);
-}
+void Server::armDevice() { watch(device_.get(), kListen, 0, &device_watch_, EPOLLIN | EPOLLOUT | EPOLLET); }
 
 void Server::acceptDeviceSession() {
   if (conn_) return;
@@ -261,8 +259,9 @@ void Server::flushConnection() {
   if (!conn_) return;
   while (out_pos_ < out_.size()) {
     // A char device is not a socket: send() would fail with ENOTSOCK there.
-    ssize_t n = device_ ? write(conn_.get(), out_.data() + out_pos_, out_.size() - out_pos_)
-                        : send(conn_.get(), out_.data() + out_pos_, out_.size() - out_pos_, MSG_NOSIGNAL | MSG_DONTWAIT);
+    ssize_t n = device_
+                    ? write(conn_.get(), out_.data() + out_pos_, out_.size() - out_pos_)
+                    : send(conn_.get(), out_.data() + out_pos_, out_.size() - out_pos_, MSG_NOSIGNAL | MSG_DONTWAIT);
     if (n < 0) {
       if (errno == EINTR) continue;
       if (errno == EAGAIN) break;

@@ -41,9 +41,8 @@ std::vector<std::string> buildQemuArgv(const QemuSpec& spec) {
   }
   a.insert(a.end(), {"-smp", std::to_string(spec.vcpus), "-m", std::to_string(spec.memory_mib) + "M"});
   if (!spec.memory_file.empty()) {
-    a.insert(a.end(), {"-object", "memory-backend-file,id=mem,size=" + std::to_string(spec.memory_mib) +
-                                      "M,mem-path=" + spec.memory_file +
-                                      ",share=" + (spec.memory_file_shared ? "on" : "off")});
+    a.insert(a.end(), {"-object", "memory-backend-file,id=mem,size=" + std::to_string(spec.memory_mib) + "M,mem-path=" +
+                                      spec.memory_file + ",share=" + (spec.memory_file_shared ? "on" : "off")});
   }
   a.insert(a.end(), {"-kernel", spec.kernel, "-initrd", spec.initrd, "-append", guestCmdline(spec)});
   a.insert(a.end(), {"-chardev", "file,id=con,path=" + paths.console, "-serial", "chardev:con"});
@@ -53,8 +52,9 @@ std::vector<std::string> buildQemuArgv(const QemuSpec& spec) {
   for (size_t i = 0; i < spec.disks.size(); ++i) {
     const DiskSpec& d = spec.disks[i];
     std::string id = "disk" + std::to_string(i);
-    a.insert(a.end(), {"-drive", "id=" + id + ",file=" + d.path + ",format=" + d.format + ",if=none,cache=unsafe" +
-                                     (d.read_only ? ",read-only=on" : ""),
+    a.insert(a.end(), {"-drive",
+                       "id=" + id + ",file=" + d.path + ",format=" + d.format + ",if=none,cache=unsafe" +
+                           (d.read_only ? ",read-only=on" : ""),
                        "-device", "virtio-blk-device,drive=" + id});
   }
   a.insert(a.end(), {"-qmp", "unix:" + paths.qmp + ",server=on,wait=off"});

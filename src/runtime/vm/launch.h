@@ -29,15 +29,15 @@ struct QemuSpec {
   uint64_t memory_mib = 256;
   std::string kernel;
   std::string initrd;
-  std::string extra_cmdline;         // appended to the guest kernel's command line
-  std::vector<DiskSpec> disks;       // /dev/vda, /dev/vdb, … in order
-  std::string dir;                   // the VM's directory (sockets, logs)
+  std::string extra_cmdline;    // appended to the guest kernel's command line
+  std::vector<DiskSpec> disks;  // /dev/vda, /dev/vdb, … in order
+  std::string dir;              // the VM's directory (sockets, logs)
   // Guest RAM in this file instead of anonymous memory. shared: writes reach the file (a template being
   // warmed); private: a copy-on-write mapping of it (a VM restored from the template; the file never
   // changes, and untouched pages are shared by every VM of the template).
   std::string memory_file;
   bool memory_file_shared = false;
-  bool incoming_defer = false;       // start stopped, waiting for QMP migrate-incoming
+  bool incoming_defer = false;  // start stopped, waiting for QMP migrate-incoming
 };
 
 // Host paths inside the VM's directory.

@@ -45,17 +45,21 @@ QmpKind classifyQmp(const json& msg) {
 
 Result<json> qmpReplyResult(const json& reply) {
   switch (classifyQmp(reply)) {
-    case QmpKind::kReturn: return reply["return"];
+    case QmpKind::kReturn:
+      return reply["return"];
     case QmpKind::kError: {
       const json& e = reply["error"];
-      std::string cls = e.is_object() && e.contains("class") && e["class"].is_string() ? e["class"].get<std::string>() : "?";
-      std::string desc = e.is_object() && e.contains("desc") && e["desc"].is_string() ? e["desc"].get<std::string>() : "";
-      ErrorKind kind = cls == "CommandNotFound" ? ErrorKind::kUnsupported
+      std::string cls =
+          e.is_object() && e.contains("class") && e["class"].is_string() ? e["class"].get<std::string>() : "?";
+      std::string desc =
+          e.is_object() && e.contains("desc") && e["desc"].is_string() ? e["desc"].get<std::string>() : "";
+      ErrorKind kind = cls == "CommandNotFound"  ? ErrorKind::kUnsupported
                        : cls == "DeviceNotFound" ? ErrorKind::kNotFound
                                                  : ErrorKind::kInternal;
       return makeError(kind, "QMP {}: {}", cls, desc);
     }
-    default: return makeError(ErrorKind::kInternal, "QMP reply has neither return nor error");
+    default:
+      return makeError(ErrorKind::kInternal, "QMP reply has neither return nor error");
   }
 }
 

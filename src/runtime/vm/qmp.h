@@ -7,11 +7,10 @@
 #include <chrono>
 #include <deque>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <string_view>
-
-#include <nlohmann/json.hpp>
 
 #include "common/result.h"
 #include "common/unique_fd.h"

@@ -36,8 +36,8 @@ Status waitMigration(QmpClient& qmp, std::chrono::milliseconds timeout, const ch
 
 Result<std::string> shellSafePath(const std::string& path) {
   for (char c : path) {
-    bool safe = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '/' ||
-                c == '.' || c == '-' || c == '_';
+    bool safe = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '/' || c == '.' ||
+                c == '-' || c == '_';
     if (!safe) return makeError(ErrorKind::kInvalidArgument, "path not usable in a migration URI: {}", path);
   }
   if (path.empty() || path[0] != '/') return makeError(ErrorKind::kInvalidArgument, "not an absolute path: {}", path);

@@ -11,7 +11,8 @@ namespace space::vm {
 Result<UniqueFd> connectUnixUntil(const std::string& path, std::chrono::steady_clock::time_point deadline) {
   sockaddr_un addr{};
   addr.sun_family = AF_UNIX;
-  if (path.size() >= sizeof addr.sun_path) return makeError(ErrorKind::kInvalidArgument, "socket path too long: {}", path);
+  if (path.size() >= sizeof addr.sun_path)
+    return makeError(ErrorKind::kInvalidArgument, "socket path too long: {}", path);
   std::memcpy(addr.sun_path, path.c_str(), path.size() + 1);
   for (;;) {
     UniqueFd fd(socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));

@@ -175,7 +175,8 @@ Result<runtime::SnapshotRef> VmRuntime::snapshot(runtime::Instance& inst, runtim
   return makeError(ErrorKind::kUnsupported, "vm snapshots are not implemented yet");
 }
 
-Result<runtime::SnapshotRef> VmRuntime::warmTemplate(const runtime::SandboxSpec& spec, const std::string& template_dir) {
+Result<runtime::SnapshotRef> VmRuntime::warmTemplate(const runtime::SandboxSpec& spec,
+                                                     const std::string& template_dir) {
   std::error_code ec;
   fs::create_directories(template_dir, ec);
   if (ec) return makeError(ErrorKind::kInternal, "create {}: {}", template_dir, ec.message());
@@ -196,7 +197,8 @@ Result<runtime::SnapshotRef> VmRuntime::warmTemplate(const runtime::SandboxSpec&
   // The memory file must not change after the state is saved: the VM ends here either way.
   TRY(destroy(inst.persisted));
   if (!saved) return tl::unexpected(saved.error().context("warm template"));
-  json meta = {{"memory_mib", qemu.memory_mib}, {"vcpus", qemu.vcpus}, {"accel", accel_ == Accel::kKvm ? "kvm" : "tcg"}};
+  json meta = {
+      {"memory_mib", qemu.memory_mib}, {"vcpus", qemu.vcpus}, {"accel", accel_ == Accel::kKvm ? "kvm" : "tcg"}};
   std::ofstream(template_dir + "/template.json") << meta.dump() << "\n";
   return runtime::SnapshotRef{spec.id, template_dir};
 }
@@ -214,7 +216,8 @@ Result<runtime::Instance> VmRuntime::restore(const runtime::SnapshotRef& ref, co
   qemu.memory_file = files.memory;
   qemu.memory_file_shared = false;
   qemu.incoming_defer = true;
-  return launchAndConnect(spec, qemu, [&](QmpClient& qmp) { return loadDeviceState(qmp, files.state, std::chrono::seconds(60)); });
+  return launchAndConnect(spec, qemu,
+                          [&](QmpClient& qmp) { return loadDeviceState(qmp, files.state, std::chrono::seconds(60)); });
 }
 
 Status VmRuntime::destroy(const runtime::PersistedInstance& inst) {
@@ -246,7 +249,8 @@ Result<runtime::Instance> VmRuntime::reattach(const runtime::PersistedInstance& 
 
 Result<runtime::Usage> VmRuntime::usage(const runtime::PersistedInstance& inst) {
   pid_t pid = inst.state.value("pid", 0);
-  if (!isQemuOf(pid, inst.state.value("dir", ""))) return makeError(ErrorKind::kNotFound, "vm {}: its QEMU is gone", inst.id);
+  if (!isQemuOf(pid, inst.state.value("dir", "")))
+    return makeError(ErrorKind::kNotFound, "vm {}: its QEMU is gone", inst.id);
   runtime::Usage u;
   std::ifstream status("/proc/" + std::to_string(pid) + "/status");
   std::string line;

@@ -21,12 +21,12 @@ namespace space::vm {
 enum class AccelMode { kAuto, kKvm, kTcg };
 
 struct VmConfig {
-  std::string state_dir;                      // VMs live in <state_dir>/vms/<id> unless the spec names a dir
+  std::string state_dir;  // VMs live in <state_dir>/vms/<id> unless the spec names a dir
   std::string qemu = "qemu-system-x86_64";
-  std::string kernel = "/var/cache/space/vm/vmlinuz";          // scripts/vm/build-guest
+  std::string kernel = "/var/cache/space/vm/vmlinuz";  // scripts/vm/build-guest
   std::string initrd = "/var/cache/space/vm/initramfs.cpio";
   AccelMode accel = AccelMode::kAuto;
-  bool allow_tcg = true;                      // false: KVM or nothing (operators who refuse emulation)
+  bool allow_tcg = true;  // false: KVM or nothing (operators who refuse emulation)
   std::string extra_cmdline;
   // Cold boot of a generic kernel under TCG on a loaded 2-core host takes tens of seconds.
   std::chrono::milliseconds start_timeout{180000};

@@ -12,14 +12,19 @@ using nlohmann::json;
 
 TEST(QmpDecoder, SplitsLinesAcrossFeeds) {
   QmpDecoder d;
-  d.feed(R"({"QMP": {"version": {}, "capabilities": []}})" "\r\n" R"({"return": {}, "id")");
+  d.feed(R"({"QMP": {"version": {}, "capabilities": []}})"
+         "\r\n"
+         R"({"return": {}, "id")");
   auto a = d.next();
   ASSERT_TRUE(a && *a);
   EXPECT_EQ(classifyQmp(**a), QmpKind::kGreeting);
   auto b = d.next();
   ASSERT_TRUE(b);
   EXPECT_FALSE(*b);  // incomplete
-  d.feed(": 1}\r\n\r\n" R"({"event": "STOP", "timestamp": {"seconds": 1, "microseconds": 2}})" "\n");
+  d.feed(
+      ": 1}\r\n\r\n"
+      R"({"event": "STOP", "timestamp": {"seconds": 1, "microseconds": 2}})"
+      "\n");
   auto c = d.next();
   ASSERT_TRUE(c && *c);
   EXPECT_EQ(classifyQmp(**c), QmpKind::kReturn);
@@ -67,7 +72,9 @@ TEST(QmpReply, CommandEncoding) {
   EXPECT_FALSE(json::parse(encodeQmpCommand("stop", nullptr, 1)).contains("arguments"));
 }
 
-bool has(const std::vector<std::string>& v, const std::string& s) { return std::find(v.begin(), v.end(), s) != v.end(); }
+bool has(const std::vector<std::string>& v, const std::string& s) {
+  return std::find(v.begin(), v.end(), s) != v.end();
+}
 size_t indexOf(const std::vector<std::string>& v, const std::string& s) {
   return static_cast<size_t>(std::find(v.begin(), v.end(), s) - v.begin());
 }

@@ -1,5 +1,6 @@
 // Boots a real microVM (TCG here, KVM where usable) from the artifacts of scripts/vm/build-guest and
 // checks, from the host, that commands run under the guest's own kernel.
+#include <gtest/gtest.h>
 #include <sys/utsname.h>
 #include <unistd.h>
 
@@ -7,8 +8,6 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
-
-#include <gtest/gtest.h>
 
 #include "runtime/vm/vm_runtime.h"
 
