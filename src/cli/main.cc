@@ -37,6 +37,8 @@ void addExecOptions(CLI::App* cmd, ExecOptions& o, bool foreground) {
 int main(int argc, char** argv) {
   CLI::App app{"space: sandboxes for code written by AI agents.\nSPACE_HOST=unix:///run/space/spaced.sock | http://HOST:PORT, SPACE_API_KEY=<key for TCP>"};
   app.require_subcommand(1);
+  // Subcommands pass options they do not know (--json) up to here, so `space ls --json` works.
+  app.fallthrough();
   bool json = false;
   app.add_flag("--json", json, "machine-readable output");
 

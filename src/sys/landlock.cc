@@ -21,6 +21,15 @@ Result<UniqueFd> landlockCreateRuleset(uint64_t handled_access_fs) {
   return UniqueFd(static_cast<int>(fd));
 }
 
+Status landlockAllowBeneath(int ruleset_fd, int dir_fd, uint64_t allowed_access) {
+  landlock_path_beneath_attr attr{};
+  attr.allowed_access = allowed_access;
+  attr.parent_fd = dir_fd;
+  if (syscall(SYS_landlock_add_rule, ruleset_fd, LANDLOCK_RULE_PATH_BENEATH, &attr, 0) < 0)
+    return sysError(errno, "landlock_add_rule(path_beneath, access={:#x})", allowed_access);
+  return ok();
+}
+
 Status landlockRestrictSelf(int ruleset_fd) {
   if (syscall(SYS_landlock_restrict_self, ruleset_fd, 0) < 0) return sysError(errno, "landlock_restrict_self");
   return ok();

@@ -17,6 +17,10 @@ Result<int> landlockAbiVersion();
 // handled but granted by no rule are denied everywhere.
 Result<UniqueFd> landlockCreateRuleset(uint64_t handled_access_fs);
 
+// landlock_add_rule(2) with LANDLOCK_RULE_PATH_BENEATH: grants `allowed_access` beneath the directory
+// open as `dir_fd` (O_PATH is enough).
+Status landlockAllowBeneath(int ruleset_fd, int dir_fd, uint64_t allowed_access);
+
 // landlock_restrict_self(2): needs no_new_privs or CAP_SYS_ADMIN in the caller's user namespace.
 Status landlockRestrictSelf(int ruleset_fd);
 

@@ -5,6 +5,7 @@ it is torn down."""
 
 from __future__ import annotations
 
+import atexit
 import os
 import shutil
 import signal
@@ -39,6 +40,7 @@ def _skip_if_no_binaries():
 def busybox_rootfs_dir() -> Path:
     if _session["rootfs"] is None:
         d = Path(tempfile.mkdtemp(prefix="space-test-rootfs-", dir="/var/tmp"))
+        atexit.register(shutil.rmtree, d, True)  # also when only own_daemon tests ran
         spacelib.make_busybox_rootfs(d / "rootfs")
         _session["rootfs"] = d
     return _session["rootfs"] / "rootfs"

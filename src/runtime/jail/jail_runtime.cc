@@ -4,6 +4,7 @@
 #include <poll.h>
 #include <signal.h>
 #include <spdlog/spdlog.h>
+#include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -14,6 +15,7 @@
 #include <filesystem>
 #include <fstream>
 #include <sstream>
+#include <vector>
 
 #include "common/defer.h"
 #include "runtime/jail/inside/handshake.h"
@@ -95,6 +97,34 @@ Status killAndWait(int pid, uint64_t start_time) {
 
 }  // namespace
 
+namespace {
+
+// Copies the agent binary into a memfd and seals it against every change.
+Result<UniqueFd> sealedCopy(const std::string& path) {
+  UniqueFd src(open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  if (!src) return sysError(errno, "open agent binary {}", path);
+  UniqueFd mem(memfd_create("space-agent", MFD_CLOEXEC | MFD_ALLOW_SEALING));
+  if (!mem) return sysError(errno, "memfd_create for the agent");
+  std::vector<char> buf(1 << 20);
+  for (;;) {
+    ssize_t n = read(src.get(), buf.data(), buf.size());
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return sysError(errno, "read agent binary {}", path);
+    if (n == 0) break;
+    for (ssize_t off = 0; off < n;) {
+      ssize_t w = write(mem.get(), buf.data() + off, static_cast<size_t>(n - off));
+      if (w < 0 && errno == EINTR) continue;
+      if (w < 0) return sysError(errno, "copy agent binary into memfd");
+      off += w;
+    }
+  }
+  if (fcntl(mem.get(), F_ADD_SEALS, F_SEAL_SEAL | F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_WRITE) < 0)
+    return sysError(errno, "seal the agent memfd");
+  return mem;
+}
+
+}  // namespace
+
 JailRuntime::JailRuntime(JailConfig config, std::unique_ptr<CgroupBackend> cgroups, std::string policy)
     : config_(std::move(config)), cgroups_(std::move(cgroups)), seccomp_policy_text_(std::move(policy)) {}
 
@@ -110,7 +140,10 @@ Result<std::unique_ptr<JailRuntime>> JailRuntime::create(const JailConfig& confi
   std::filesystem::create_directories(config.state_dir + "/sandboxes", ec);
   if (ec) return sysError(ec.value(), "create {}/sandboxes", config.state_dir);
   spdlog::info("jail runtime: cgroup {}", cgroups->kind() == CgroupKind::kV1 ? "v1" : "v2");
-  return std::unique_ptr<JailRuntime>(new JailRuntime(config, std::move(cgroups), std::move(policy)));
+  ASSIGN_OR_RETURN(UniqueFd agent_fd, sealedCopy(config.agent_binary));
+  auto runtime = std::unique_ptr<JailRuntime>(new JailRuntime(config, std::move(cgroups), std::move(policy)));
+  runtime->agent_fd_ = std::move(agent_fd);
+  return runtime;
 }
 
 Result<Instance> JailRuntime::start(const SandboxSpec& spec) {
@@ -144,13 +177,11 @@ Status JailRuntime::launch(const SandboxSpec& spec, PersistedInstance& persisted
   int pair[2];
   if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, pair) < 0) return sysError(errno, "socketpair");
   UniqueFd host_sync(pair[0]), child_sync(pair[1]);
-  UniqueFd agent_fd(open(config_.agent_binary.c_str(), O_PATH | O_CLOEXEC));
-  if (!agent_fd) return sysError(errno, "open {}", config_.agent_binary);
   const std::string stdio_path = config_.agent_log_path.empty() ? "/dev/null" : config_.agent_log_path;
   UniqueFd stdio(open(stdio_path.c_str(), O_RDWR | O_CREAT | O_APPEND | O_CLOEXEC, 0600));
   if (!stdio) return sysError(errno, "open {}", stdio_path);
 
-  ASSIGN_OR_RETURN(AgentChild child, spawnAgentChild(agent_fd.get(), child_sync.get(), listen_fd.get(), stdio.get()));
+  ASSIGN_OR_RETURN(AgentChild child, spawnAgentChild(agent_fd_.get(), child_sync.get(), listen_fd.get(), stdio.get()));
   persisted.state["pid"] = child.pid;
   ASSIGN_OR_RETURN(uint64_t start_time, processStartTime(child.pid));
   persisted.state["start_time"] = start_time;

@@ -9,6 +9,7 @@
 #include <memory>
 #include <string>
 
+#include "common/unique_fd.h"
 #include "runtime/jail/cgroup.h"
 #include "runtime/runtime.h"
 
@@ -51,6 +52,9 @@ class JailRuntime : public runtime::Runtime {
   Status launch(const runtime::SandboxSpec& spec, runtime::PersistedInstance& persisted);
 
   JailConfig config_;
+  // A sealed in-memory copy of the agent, made once: every sandbox execs it, so rebuilding or replacing
+  // the binary on disk never breaks a start, and /proc/1/exe inside is no host file (runc CVE-2019-5736).
+  UniqueFd agent_fd_;
   std::unique_ptr<CgroupBackend> cgroups_;
   std::string seccomp_policy_text_;
 };
