@@ -3,6 +3,7 @@
 //   space-agent --listen PATH [--root DIR]   serve on a unix socket without containment (tests)
 //   space-agent --vm-init             PID 1 of a SPACE microVM: mount, load modules, serve on virtio-serial
 #include <sys/reboot.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <unistd.h>
@@ -59,6 +60,8 @@ int vmInitMain(int argc, char** argv) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  // The jail execs the agent from a sealed memfd, which would name the process "memfd:space-age".
+  prctl(PR_SET_NAME, "space-agent");
   if (argc >= 2 && std::strcmp(argv[1], "--jail-init") == 0) {
     auto options = space::jail::jailInit(argc, argv);
     if (!options) {
