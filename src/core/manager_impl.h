@@ -90,6 +90,7 @@ class Manager final : public SandboxManager {
   std::mutex slot_mu_;                             // serialises uid slot choice with the row insert
   std::condition_variable pool_cv_;
   std::atomic<bool> stopping_{false};
+  std::atomic<int64_t> last_take_ms_{0};          // when a create last took a pooled sandbox
   std::thread pool_thread_;
   std::thread reaper_thread_;
   Counters counters_;

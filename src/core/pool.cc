@@ -4,9 +4,15 @@
 
 #include <spdlog/spdlog.h>
 
+#include "common/ids.h"
 #include "core/manager_impl.h"
 
 namespace space::core {
+namespace {
+
+constexpr int64_t kRefillQuietMs = 100;
+
+}  // namespace
 
 std::vector<std::string> Manager::pooledTemplateNames() const {
   std::vector<std::string> names;
@@ -31,6 +37,7 @@ bool Manager::poolServes(const CreateSandbox& cmd, const std::string& template_n
 }
 
 std::optional<Manager::Started> Manager::takePooled(const std::string& template_name) {
+  last_take_ms_ = nowUnixMs();
   std::unique_lock lock(mu_);
   auto it = pool_.find(template_name);
   while (it != pool_.end() && !it->second.empty()) {
@@ -59,6 +66,10 @@ void Manager::fillPoolLoop() {
         have = pool_[name].size();
       }
       if (have >= static_cast<size_t>(config_.pool_size)) continue;
+      // Refill in a quiet moment: starting a sandbox (mkfs, clone, mounts) right after a create would
+      // compete for the CPU with the first command of the sandbox just handed out.
+      while (!stopping_ && have > 0 && nowUnixMs() - last_take_ms_ < kRefillQuietMs)
+        std::this_thread::sleep_for(std::chrono::milliseconds(10));
       auto tpl = store_->getTemplate(name);
       if (!tpl) continue;  // not built yet; buildTemplate wakes us
       auto started = startSandbox(*tpl, config_.default_limits, {}, /*pooled=*/true);
