@@ -1,5 +1,7 @@
 #include "common/ids.h"
 
+#include "common/hex.h"
+
 #include <sys/random.h>
 
 #include <chrono>
@@ -16,14 +18,7 @@ std::string randomHex(size_t n_bytes) {
     ssize_t r = getrandom(raw.data() + got, n_bytes - got, 0);
     if (r > 0) got += static_cast<size_t>(r);
   }
-  static const char* kHex = "0123456789abcdef";
-  std::string out;
-  out.reserve(n_bytes * 2);
-  for (unsigned char c : raw) {
-    out.push_back(kHex[c >> 4]);
-    out.push_back(kHex[c & 15]);
-  }
-  return out;
+  return toHex(reinterpret_cast<const unsigned char*>(raw.data()), raw.size());
 }
 
 std::string newSandboxId() { return "sb-" + randomHex(6); }

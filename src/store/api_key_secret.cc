@@ -1,5 +1,7 @@
 #include "store/api_key_secret.h"
 
+#include "common/hex.h"
+
 #include <openssl/err.h>
 #include <openssl/evp.h>
 #include <openssl/rand.h>
@@ -35,16 +37,6 @@ std::string base64Url(const std::vector<unsigned char>& bytes) {
   return out;
 }
 
-std::string hex(const unsigned char* data, size_t n) {
-  static constexpr char kDigits[] = "0123456789abcdef";
-  std::string out;
-  out.reserve(2 * n);
-  for (size_t i = 0; i < n; ++i) {
-    out += kDigits[data[i] >> 4];
-    out += kDigits[data[i] & 0xf];
-  }
-  return out;
-}
 
 }  // namespace
 
@@ -56,14 +48,14 @@ Result<std::string> generateApiKeySecret() {
 std::string sha256Hex(std::string_view data) {
   unsigned char digest[SHA256_DIGEST_LENGTH];
   SHA256(reinterpret_cast<const unsigned char*>(data.data()), data.size(), digest);
-  return hex(digest, sizeof digest);
+  return toHex(digest, sizeof digest);
 }
 
 std::string apiKeyPrefix(std::string_view secret) { return std::string(secret.substr(0, kPrefixLength)); }
 
 Result<std::string> randomHex(size_t n) {
   ASSIGN_OR_RETURN(auto bytes, randomBytes(n));
-  return hex(bytes.data(), bytes.size());
+  return toHex(bytes.data(), bytes.size());
 }
 
 }  // namespace space::store
