@@ -67,6 +67,8 @@ void lingeringClose(Socket& sock, Conn& conn) {
   conn.disarm();
 }
 
+constexpr size_t kBodyReadBuffer = 256 * 1024;
+
 class BodyReaderImpl : public BodyReader {
  public:
   BodyReaderImpl(Socket& sock, beast::flat_buffer& buf, bhttp::request_parser<bhttp::buffer_body>& parser,
@@ -74,6 +76,9 @@ class BodyReaderImpl : public BodyReader {
       : sock_(sock), buf_(buf), parser_(parser), conn_(conn), timeout_(timeout) {}
 
   Result<size_t> read(char* out, size_t max) override {
+    // Beast sizes each socket read by the buffer's free capacity (at least 512 bytes): without room,
+    // a large upload arrives in 512-byte reads, one syscall each.
+    if (buf_.capacity() < kBodyReadBuffer) buf_.reserve(kBodyReadBuffer);
     while (!parser_.is_done()) {
       auto& body = parser_.get().body();
       body.data = out;
