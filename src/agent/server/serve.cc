@@ -182,6 +182,14 @@ void Server::acceptConnection() {
   if (!fd) return;
   // A new host connection replaces the old one: spaced reconnects after its own restart.
   if (conn_) dropConnection("replaced by a new connection");
+  beginSession(std::move(fd));
+}
+
+// Waits for a host on the device. Edge-triggered because a virtio-serial port reports POLLHUP for as
+// long as no host is connected: level-triggered, that would spin. The driver wakes its poll queue when
+// the host connects, and EPOLL_CTL_ADD reports the current state once, so no connection is missed.
+// A fresh protocol session on a new host stream (accepted socket or device dup): hello comes first again.
+void Server::beginSession(UniqueFd fd) {
   conn_ = std::move(fd);
   conn_hello_ = false;
   decoder_ = protocol::Decoder();
@@ -190,9 +198,6 @@ void Server::acceptConnection() {
   watch(conn_.get(), kConn, 0, &conn_watch_, EPOLLIN);
 }
 
-// Waits for a host on the device. Edge-triggered because a virtio-serial port reports POLLHUP for as
-// long as no host is connected: level-triggered, that would spin. The driver wakes its poll queue when
-// the host connects, and EPOLL_CTL_ADD reports the current state once, so no connection is missed.
 void Server::armDevice() { watch(device_.get(), kListen, 0, &device_watch_, EPOLLIN | EPOLLOUT | EPOLLET); }
 
 void Server::acceptDeviceSession() {
@@ -207,12 +212,7 @@ void Server::acceptDeviceSession() {
     log(sysError(errno, "dup host device").value().message);
     return armDevice();
   }
-  conn_ = std::move(fd);
-  conn_hello_ = false;
-  decoder_ = protocol::Decoder();
-  out_.clear();
-  out_pos_ = 0;
-  watch(conn_.get(), kConn, 0, &conn_watch_, EPOLLIN);
+  beginSession(std::move(fd));
 }
 
 void Server::dropConnection(const std::string& why) {

@@ -107,6 +107,7 @@ class Server {
   void dispatch(const epoll_event& ev);
   void acceptConnection();
   void acceptDeviceSession();
+  void beginSession(UniqueFd fd);
   void armDevice();
   void dropConnection(const std::string& why);
   void readConnection();
