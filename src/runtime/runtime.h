@@ -27,6 +27,7 @@ struct Limits {
 struct SandboxSpec {
   std::string id;                      // "sb-…"; names kernel objects (cgroup, dirs)
   std::string template_rootfs;         // absolute host path of the template's read-only tree
+  std::string template_id;             // content hash of the template (keys derived artifacts: VM images)
   std::string dir;                     // per-sandbox directory owned by spaced: state-dir/sandboxes/<id>
   std::string hostname;
   uint32_t uid_base = 0;               // first host uid of the sandbox's private range
@@ -80,6 +81,13 @@ class Runtime {
   virtual Capabilities capabilities() const = 0;
 
   virtual Result<Instance> start(const SandboxSpec& spec) = 0;
+  // Two-phase start, for pools: prepare() does all that can be done before a request arrives, activate()
+  // the rest. A jail is whole after prepare(); a VM is a VMM waiting to restore, and activate() loads the
+  // template's state into it and connects the agent. start() is prepare() + activate().
+  virtual Result<Instance> prepare(const SandboxSpec& spec) { return start(spec); }
+  virtual Status activate(Instance& inst) { return ok(); }
+  // Whether a prepared or started instance can still be handed out.
+  virtual bool alive(const Instance& inst) { return inst.agent && inst.agent->alive(); }
   virtual Status pause(Instance& inst) = 0;
   virtual Status resume(Instance& inst) = 0;
   virtual Result<SnapshotRef> snapshot(Instance& inst, SnapshotKind kind) = 0;

@@ -143,6 +143,7 @@ class AgentClientImpl : public AgentClient {
   Status setIdentity(const Identity& id) override {
     json req = {{"op", "set_identity"}, {"hostname", id.hostname}, {"env", id.env}, {"rng_seed_hex", id.rng_seed_hex}};
     if (id.clock_unix_ms != 0) req["clock_unix_ms"] = id.clock_unix_ms;
+    if (!id.machine_id.empty()) req["machine_id"] = id.machine_id;
     TRY(request(req));
     return ok();
   }

@@ -108,6 +108,7 @@ struct Identity {
   std::map<std::string, std::string> env;
   std::string rng_seed_hex;  // mixed into the guest RNG; empty = none
   int64_t clock_unix_ms = 0; // 0 = leave the clock
+  std::string machine_id;    // 32 lowercase hex digits for /etc/machine-id; empty = leave it
 };
 
 class AgentClient {

@@ -1,8 +1,13 @@
 // set_identity: what makes a restored or forked sandbox distinct from its template (hostname, extra
 // environment, fresh RNG state, the current time).
 #include <fcntl.h>
+#include <linux/random.h>
+#include <sys/ioctl.h>
 #include <time.h>
 #include <unistd.h>
+
+#include <cstring>
+#include <vector>
 
 #include "agent/protocol/message.h"
 #include "agent/server/server.h"
@@ -30,13 +35,45 @@ Result<std::string> decodeHex(const std::string& hex) {
   return out;
 }
 
-// Writing to /dev/urandom mixes the bytes into the kernel's pool (without crediting entropy, which
-// needs CAP_SYS_ADMIN): two sandboxes restored from one memory snapshot then diverge.
-Status mixIntoRng(const std::string& seed) {
+// Mixes the seed into the kernel's RNG. A plain write to /dev/urandom stirs the input pool but leaves
+// the output generator's key alone until its next scheduled reseed, so two VMs restored from one
+// memory snapshot would read the same bytes until then. Where the agent holds CAP_SYS_ADMIN over the
+// kernel (PID 1 of a VM) it credits the seed (RNDADDENTROPY) and forces a reseed (RNDRESEEDCRNG) at
+// once; inside a jail those ioctls fail with EPERM and the write alone is what the sandbox gets (a
+// jail shares the host kernel's RNG, which was never cloned).
+Status mixIntoRng(const std::string& seed, bool* reseeded) {
+  *reseeded = false;
   UniqueFd fd(open("/dev/urandom", O_WRONLY | O_CLOEXEC));
   if (!fd) return sysError(errno, "open /dev/urandom");
   if (write(fd.get(), seed.data(), seed.size()) != static_cast<ssize_t>(seed.size()))
     return sysError(errno, "write /dev/urandom");
+  std::vector<char> buf(sizeof(rand_pool_info) + seed.size());
+  auto* info = reinterpret_cast<rand_pool_info*>(buf.data());
+  info->entropy_count = static_cast<int>(seed.size() * 8);
+  info->buf_size = static_cast<int>(seed.size());
+  std::memcpy(info->buf, seed.data(), seed.size());
+  if (ioctl(fd.get(), RNDADDENTROPY, info) == 0 && ioctl(fd.get(), RNDRESEEDCRNG) == 0) *reseeded = true;
+  return ok();
+}
+
+// systemd and D-Bus programs key per-machine state on /etc/machine-id; a clone keeps its template's
+// unless told otherwise. Written by rename so a reader never sees half a file.
+Status writeMachineId(const std::string& id) {
+  if (id.size() != 32 || id.find_first_not_of("0123456789abcdef") != std::string::npos)
+    return makeError(ErrorKind::kInvalidArgument, "machine_id must be 32 lowercase hex digits");
+  const char* tmp = "/etc/.machine-id.space";
+  UniqueFd fd(open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0444));
+  if (!fd) return sysError(errno, "write /etc/machine-id");
+  std::string line = id + "\n";
+  if (write(fd.get(), line.data(), line.size()) != static_cast<ssize_t>(line.size())) {
+    unlink(tmp);
+    return sysError(errno, "write /etc/machine-id");
+  }
+  fd.reset();
+  if (rename(tmp, "/etc/machine-id") < 0) {
+    unlink(tmp);
+    return sysError(errno, "rename /etc/machine-id");
+  }
   return ok();
 }
 
@@ -66,8 +103,13 @@ void Server::opSetIdentity(uint32_t ch, const json& msg) {
       return endChannelError(ch, sysError(errno, "sethostname {}", hostname).value());
   }
   for (auto& [k, v] : env) env_[k] = v;
+  bool reseeded = false;
   if (!seed->empty()) {
-    if (auto s = mixIntoRng(*seed); !s) warnings.push_back(s.error().message);
+    if (auto s = mixIntoRng(*seed, &reseeded); !s) warnings.push_back(s.error().message);
+  }
+  std::string machine_id = protocol::optString(msg, "machine_id");
+  if (!machine_id.empty()) {
+    if (auto s = writeMachineId(machine_id); !s) warnings.push_back(s.error().message);
   }
   int64_t clock_ms = protocol::optInt(msg, "clock_unix_ms", 0);
   if (clock_ms > 0) {
@@ -76,7 +118,7 @@ void Server::opSetIdentity(uint32_t ch, const json& msg) {
     // guest owns its clock. Either way the sandbox keeps running.
     if (clock_settime(CLOCK_REALTIME, &ts) < 0) warnings.push_back(sysError(errno, "clock_settime").value().message);
   }
-  endChannel(ch, {{"event", "done"}, {"warnings", std::move(warnings)}});
+  endChannel(ch, {{"event", "done"}, {"rng_reseeded", reseeded}, {"warnings", std::move(warnings)}});
 }
 
 }  // namespace space::agent

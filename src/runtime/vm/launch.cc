@@ -9,6 +9,8 @@
 #include <fstream>
 #include <sstream>
 
+#include <fmt/format.h>
+
 #include "sys/process.h"
 
 extern char** environ;
@@ -17,7 +19,7 @@ namespace space::vm {
 
 std::string guestCmdline(const QemuSpec& spec) {
   // pci=off: microvm has no PCI bus; probing for one only costs time.
-  // console=ttyS0: the kernel's log goes to console.log. quiet: every console byte is a trapped I/O
+  // console=ttyS0: the kernel's log goes to the console chardev. quiet: every console byte is a trapped I/O
   // write, costly under TCG. panic=-1 and reboot=t with QEMU's -no-reboot: a dying guest ends the VMM
   // instead of hanging. --vm-init (no '=', no '.') is passed by the kernel to init as an argument.
   std::string cmdline =
@@ -37,7 +39,9 @@ std::vector<std::string> buildQemuArgv(const QemuSpec& spec) {
   if (spec.accel == Accel::kKvm) {
     a.insert(a.end(), {"-accel", "kvm", "-cpu", "host"});
   } else {
-    a.insert(a.end(), {"-accel", "tcg"});
+    std::string tcg = "tcg";
+    if (spec.tcg_tb_cache_mib) tcg += ",tb-size=" + std::to_string(spec.tcg_tb_cache_mib);
+    a.insert(a.end(), {"-accel", tcg});
   }
   a.insert(a.end(), {"-smp", std::to_string(spec.vcpus), "-m", std::to_string(spec.memory_mib) + "M"});
   if (!spec.memory_file.empty()) {
@@ -45,7 +49,10 @@ std::vector<std::string> buildQemuArgv(const QemuSpec& spec) {
                                       spec.memory_file + ",share=" + (spec.memory_file_shared ? "on" : "off")});
   }
   a.insert(a.end(), {"-kernel", spec.kernel, "-initrd", spec.initrd, "-append", guestCmdline(spec)});
-  a.insert(a.end(), {"-chardev", "file,id=con,path=" + paths.console, "-serial", "chardev:con"});
+  std::string console = spec.console_file.empty()
+                            ? fmt::format("ringbuf,id={},size={}", kConsoleChardev, kConsoleRingBytes)
+                            : fmt::format("file,id={},path={}", kConsoleChardev, spec.console_file);
+  a.insert(a.end(), {"-chardev", console, "-serial", fmt::format("chardev:{}", kConsoleChardev)});
   a.insert(a.end(), {"-device", "virtio-serial-device,max_ports=2", "-chardev",
                      "socket,id=agent,path=" + paths.agent + ",server=on,wait=off", "-device",
                      "virtserialport,chardev=agent,name=space.agent"});

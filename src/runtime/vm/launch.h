@@ -38,15 +38,22 @@ struct QemuSpec {
   std::string memory_file;
   bool memory_file_shared = false;
   bool incoming_defer = false;  // start stopped, waiting for QMP migrate-incoming
+  uint32_t tcg_tb_cache_mib = 0;  // TCG translation cache size; 0 = QEMU's default
+  // The serial console into a file: only for boots SPACE runs itself (template warm-up, cold boot
+  // before any user code), where the log explains a failure. Otherwise a bounded ring buffer.
+  std::string console_file;
 };
 
 // Host paths inside the VM's directory.
 struct VmPaths {
-  std::string qmp, agent, console, log;
-  static VmPaths in(const std::string& dir) {
-    return {dir + "/qmp.sock", dir + "/agent.sock", dir + "/console.log", dir + "/qemu.log"};
-  }
+  std::string qmp, agent, log;
+  static VmPaths in(const std::string& dir) { return {dir + "/qmp.sock", dir + "/agent.sock", dir + "/qemu.log"}; }
 };
+
+// The guest's serial console of a VM that runs user code goes to a ring buffer inside QEMU (chardev
+// `console`, read with QMP ringbuf-read): a guest that floods its console cannot fill the host's disk.
+inline constexpr const char* kConsoleChardev = "console";
+inline constexpr uint32_t kConsoleRingBytes = 64 * 1024;
 
 // The guest kernel command line SPACE uses, before spec.extra_cmdline.
 std::string guestCmdline(const QemuSpec& spec);

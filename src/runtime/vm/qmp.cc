@@ -2,7 +2,10 @@
 
 #include <poll.h>
 #include <sys/socket.h>
+#include <sys/uio.h>
 #include <unistd.h>
+
+#include <cstring>
 
 #include "runtime/vm/unix_socket.h"
 
@@ -105,16 +108,46 @@ Result<json> QmpClient::readMessage(Clock::time_point deadline) {
   }
 }
 
-Result<json> QmpClient::execute(const std::string& command, const json& arguments, Duration timeout) {
-  uint64_t id = next_id_++;
-  std::string line = encodeQmpCommand(command, arguments, id);
+Status QmpClient::sendLine(const std::string& line, int fd) {
   size_t off = 0;
+  if (fd >= 0) {
+    // The first bytes carry the descriptor; QEMU attaches it to the command read from them (getfd).
+    iovec iov{const_cast<char*>(line.data()), line.size()};
+    alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
+    msghdr msg{};
+    msg.msg_iov = &iov;
+    msg.msg_iovlen = 1;
+    msg.msg_control = control;
+    msg.msg_controllen = sizeof control;
+    cmsghdr* cm = CMSG_FIRSTHDR(&msg);
+    cm->cmsg_level = SOL_SOCKET;
+    cm->cmsg_type = SCM_RIGHTS;
+    cm->cmsg_len = CMSG_LEN(sizeof(int));
+    std::memcpy(CMSG_DATA(cm), &fd, sizeof(int));
+    ssize_t n;
+    do {
+      n = ::sendmsg(fd_.get(), &msg, MSG_NOSIGNAL);
+    } while (n < 0 && errno == EINTR);
+    if (n < 0) return sysError(errno, "send QMP command with a descriptor");
+    off = static_cast<size_t>(n);
+  }
   while (off < line.size()) {
     ssize_t n = ::send(fd_.get(), line.data() + off, line.size() - off, MSG_NOSIGNAL);
     if (n < 0 && errno == EINTR) continue;
-    if (n < 0) return sysError(errno, "send QMP {}", command);
+    if (n < 0) return sysError(errno, "send QMP command");
     off += static_cast<size_t>(n);
   }
+  return ok();
+}
+
+Result<json> QmpClient::execute(const std::string& command, const json& arguments, Duration timeout) {
+  return executeWithFd(command, arguments, -1, timeout);
+}
+
+Result<json> QmpClient::executeWithFd(const std::string& command, const json& arguments, int fd, Duration timeout) {
+  uint64_t id = next_id_++;
+  if (auto st = sendLine(encodeQmpCommand(command, arguments, id), fd); !st)
+    return tl::unexpected(st.error().context(fmt::format("QMP {}", command)));
   auto deadline = Clock::now() + timeout;
   for (;;) {
     auto msg = readMessage(deadline);
@@ -131,6 +164,11 @@ Result<json> QmpClient::execute(const std::string& command, const json& argument
     if (!result) return tl::unexpected(result.error().context(fmt::format("QMP {}", command)));
     return result;
   }
+}
+
+Status QmpClient::passFd(const std::string& name, int fd) {
+  TRY(executeWithFd("getfd", {{"fdname", name}}, fd));
+  return ok();
 }
 
 Result<json> QmpClient::waitEvent(const std::string& name, Duration timeout) {

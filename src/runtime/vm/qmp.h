@@ -54,6 +54,11 @@ class QmpClient {
   // Runs one command and waits for its reply; events that arrive meanwhile are queued.
   Result<nlohmann::json> execute(const std::string& command, const nlohmann::json& arguments = nullptr,
                                  Duration timeout = std::chrono::seconds(30));
+  // Runs one command with a file descriptor attached (SCM_RIGHTS), as `getfd` and `add-fd` expect.
+  Result<nlohmann::json> executeWithFd(const std::string& command, const nlohmann::json& arguments, int fd,
+                                       Duration timeout = std::chrono::seconds(30));
+  // Hands fd to QEMU under `name` (QMP getfd); `fd:name` URIs then refer to it.
+  Status passFd(const std::string& name, int fd);
   // Waits for an event by name (already queued ones first) and removes it from the queue.
   Result<nlohmann::json> waitEvent(const std::string& name, Duration timeout);
   std::deque<nlohmann::json> takeEvents() { return std::exchange(events_, {}); }
@@ -61,6 +66,7 @@ class QmpClient {
 
  private:
   explicit QmpClient(UniqueFd fd) : fd_(std::move(fd)) {}
+  Status sendLine(const std::string& line, int fd);
   Result<nlohmann::json> readMessage(std::chrono::steady_clock::time_point deadline);
 
   UniqueFd fd_;

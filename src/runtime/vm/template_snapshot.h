@@ -24,7 +24,4 @@ Status saveDeviceState(QmpClient& qmp, const std::string& state_file, std::chron
 // On a VMM started with -incoming defer: loads `state_file` and waits until the guest runs.
 Status loadDeviceState(QmpClient& qmp, const std::string& state_file, std::chrono::milliseconds timeout);
 
-// exec: migration URIs run through /bin/sh: only plain paths are accepted.
-Result<std::string> shellSafePath(const std::string& path);
-
 }  // namespace space::vm

@@ -1,16 +1,26 @@
 #include "runtime/vm/vm_runtime.h"
 
+#include <fcntl.h>
+#include <ftw.h>
+#include <poll.h>
 #include <signal.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <climits>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
 
+#include <spdlog/spdlog.h>
+
+#include "runtime/vm/confine.h"
 #include "runtime/vm/template_snapshot.h"
 #include "runtime/vm/unix_socket.h"
+#include "store/host_command.h"
 #include "sys/process.h"
 
 namespace space::vm {
@@ -20,6 +30,9 @@ using Clock = std::chrono::steady_clock;
 namespace fs = std::filesystem;
 
 namespace {
+
+constexpr uint64_t kMiB = 1ull << 20;
+constexpr const char* kRootDevice = "/dev/vda";
 
 std::string tailOf(const std::string& path, size_t max) {
   std::ifstream in(path);
@@ -40,6 +53,40 @@ void killQemu(pid_t pid) {
   }
 }
 
+// Waits up to `timeout` for our child to exit by itself.
+bool waitExit(const QemuProcess& proc, std::chrono::milliseconds timeout) {
+  if (!proc.pidfd) return false;
+  pollfd pfd{proc.pidfd.get(), POLLIN, 0};
+  if (poll(&pfd, 1, static_cast<int>(timeout.count())) <= 0) return false;
+  while (waitpid(proc.pid, nullptr, 0) < 0 && errno == EINTR) {
+  }
+  return true;
+}
+
+Result<std::string> realPath(const std::string& path) {
+  char buf[PATH_MAX];
+  if (!::realpath(path.c_str(), buf)) return sysError(errno, "resolve {}", path);
+  return std::string(buf);
+}
+
+Status fsyncPath(const std::string& path, int flags = O_RDONLY) {
+  UniqueFd fd(open(path.c_str(), flags | O_CLOEXEC));
+  if (!fd) return sysError(errno, "open {}", path);
+  if (fsync(fd.get()) < 0) return sysError(errno, "fsync {}", path);
+  return ok();
+}
+
+// Identifies the guest build: a template snapshot is only valid for the kernel and initramfs that made it.
+std::string guestKey(const std::string& kernel, const std::string& initrd, const std::string& cmdline, Accel accel) {
+  std::string id = cmdline + (accel == Accel::kKvm ? "|kvm" : "|tcg");
+  for (const auto& p : {kernel, initrd}) {
+    struct stat st {};
+    stat(p.c_str(), &st);
+    id += fmt::format("|{}:{}:{}:{}", p, st.st_ino, st.st_size, st.st_mtim.tv_sec);
+  }
+  return fmt::format("{:016x}", std::hash<std::string>{}(id));
+}
+
 }  // namespace
 
 uint64_t hostTscKhz() {
@@ -54,6 +101,51 @@ uint64_t hostTscKhz() {
   return 0;
 }
 
+uint64_t treeBytes(const std::string& tree) {
+  static thread_local uint64_t total;
+  total = 0;
+  nftw(
+      tree.c_str(),
+      [](const char*, const struct stat* st, int, FTW*) {
+        total += static_cast<uint64_t>(st->st_blocks) * 512;
+        return 0;
+      },
+      64, FTW_PHYS);
+  return total;
+}
+
+Status buildExt4Image(const std::string& tree, const std::string& out, uint64_t size_bytes) {
+  std::string tmp = out + ".tmp";
+  unlink(tmp.c_str());
+  {
+    UniqueFd fd(open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
+    if (!fd) return sysError(errno, "create {}", tmp);
+    if (ftruncate(fd.get(), static_cast<off_t>(size_bytes)) < 0) return sysError(errno, "size {}", tmp);
+  }
+  // No journal: the image is written once here and each VM writes only its own throw-away overlay; the
+  // guest's consistency points are SPACE's snapshots, taken with the VM stopped. -m 0: no blocks
+  // reserved for root (the sandbox's user is root anyway).
+  auto st = store::runCommand({"mkfs.ext4", "-q", "-F", "-O", "^has_journal", "-m", "0", "-L", "space-root", "-E",
+                               "lazy_itable_init=0,lazy_journal_init=0", "-d", tree, tmp},
+                              [](const std::string&) {});
+  if (!st) {
+    unlink(tmp.c_str());
+    return tl::unexpected(st.error().context("build ext4 image of " + tree));
+  }
+  TRY(fsyncPath(tmp));
+  if (rename(tmp.c_str(), out.c_str()) < 0) return sysError(errno, "rename {}", tmp);
+  return ok();
+}
+
+Status createOverlay(const std::string& backing, const std::string& backing_format, const std::string& out) {
+  unlink(out.c_str());
+  auto st = store::runCommand({"qemu-img", "create", "-q", "-f", "qcow2", "-o", "lazy_refcounts=on", "-F",
+                               backing_format, "-b", backing, out},
+                              [](const std::string&) {});
+  if (!st) return tl::unexpected(st.error().context("create disk overlay " + out));
+  return ok();
+}
+
 Result<std::unique_ptr<VmRuntime>> VmRuntime::create(const VmConfig& config) {
   for (const auto& path : {config.kernel, config.initrd}) {
     if (access(path.c_str(), R_OK) != 0)
@@ -65,11 +157,19 @@ Result<std::unique_ptr<VmRuntime>> VmRuntime::create(const VmConfig& config) {
   if (config.accel != AccelMode::kTcg && kvm) accel = Accel::kKvm;
   if (accel == Accel::kTcg && !config.allow_tcg)
     return makeError(ErrorKind::kUnsupported, "vm: KVM is not usable and the TCG fallback is disabled");
-  std::error_code ec;
-  fs::create_directories(config.state_dir + "/vms", ec);
-  if (ec) return makeError(ErrorKind::kInternal, "create {}/vms: {}", config.state_dir, ec.message());
-  return std::unique_ptr<VmRuntime>(new VmRuntime(config, accel));
+  for (const char* sub : {"/vms", "/vm/templates", "/vm/root"}) {
+    std::error_code ec;
+    fs::create_directories(config.state_dir + sub, ec);
+    if (ec) return makeError(ErrorKind::kInternal, "create {}{}: {}", config.state_dir, sub, ec.message());
+  }
+  std::unique_ptr<jail::CgroupBackend> cgroups;
+  if (config.confine) {
+    ASSIGN_OR_RETURN(cgroups, jail::makeCgroupBackend(config.cgroup_parent));
+  }
+  return std::unique_ptr<VmRuntime>(new VmRuntime(config, accel, std::move(cgroups)));
 }
+
+VmRuntime::~VmRuntime() = default;
 
 std::string VmRuntime::vmDir(const runtime::SandboxSpec& spec) const {
   return spec.dir.empty() ? config_.state_dir + "/vms/" + spec.id : spec.dir;
@@ -81,68 +181,366 @@ QemuSpec VmRuntime::qemuSpecFor(const runtime::SandboxSpec& spec, const std::str
   q.accel = accel_;
   q.vcpus = std::max<uint32_t>(1, (spec.limits.cpu_millis + 999) / 1000);
   q.memory_mib = std::max<uint64_t>(64, spec.limits.memory_bytes >> 20);
-  q.kernel = config_.kernel;
-  q.initrd = config_.initrd;
+  // Real paths: a confined VMM sees only the files bound into its root, and symlinks are not followed
+  // there.
+  q.kernel = realPath(config_.kernel).value_or(config_.kernel);
+  q.initrd = realPath(config_.initrd).value_or(config_.initrd);
   q.dir = dir;
   q.extra_cmdline = config_.extra_cmdline;
   if (accel_ == Accel::kTcg) {
+    q.tcg_tb_cache_mib = config_.tcg_tb_cache_mib;
     if (uint64_t khz = hostTscKhz()) {
       std::string tsc = "tsc_early_khz=" + std::to_string(khz) + " tsc=reliable";
       q.extra_cmdline = q.extra_cmdline.empty() ? tsc : tsc + " " + q.extra_cmdline;
     }
   }
+  if (!spec.template_rootfs.empty()) q.extra_cmdline += std::string(" space.root=") + kRootDevice;
   return q;
 }
 
-Result<runtime::Instance> VmRuntime::start(const runtime::SandboxSpec& spec) {
-  return launchAndConnect(spec, qemuSpecFor(spec, vmDir(spec)));
+Result<QemuProcess> VmRuntime::spawn(const QemuSpec& qemu, const std::string& cgroup_id, uid_t uid,
+                                     const std::vector<std::string>& read_only, int memory_fd, uint64_t memory_mib) {
+  if (!config_.confine) return launchQemu(qemu);
+  runtime::Limits limits;
+  limits.memory_bytes = (memory_mib + config_.vmm_overhead_mib) * kMiB;
+  limits.pids = config_.vmm_pids;
+  // TCG spends host CPU beyond the guest's vCPUs (translation, device emulation threads).
+  limits.cpu_millis = qemu.vcpus * 1000 + (accel_ == Accel::kTcg ? 500 : 0);
+  TRY(cgroups_->create(cgroup_id, limits));
+  VmmJail jail;
+  jail.uid = uid;
+  jail.gid = uid;
+  jail.root_dir = config_.state_dir + "/vm/root";
+  jail.read_only = read_only;
+  jail.read_only.push_back(qemu.kernel);
+  jail.read_only.push_back(qemu.initrd);
+  jail.writable = {qemu.dir};
+  jail.devices = {"/dev/null", "/dev/urandom"};
+  if (accel_ == Accel::kKvm) jail.devices.push_back("/dev/kvm");
+  jail.memory_fd = memory_fd;
+  jail.before_exec = [&](pid_t pid) { return cgroups_->addProcess(cgroup_id, pid); };
+  auto proc = launchConfinedQemu(qemu, jail);
+  if (!proc) (void)cgroups_->remove(cgroup_id);
+  return proc;
 }
 
-Result<runtime::Instance> VmRuntime::launchAndConnect(const runtime::SandboxSpec& spec, const QemuSpec& qemu,
-                                                      const std::function<Status(QmpClient&)>& before_agent) {
-  auto deadline = Clock::now() + config_.start_timeout;
-  const std::string& dir = qemu.dir;
-  std::error_code ec;
-  fs::create_directories(dir, ec);
-  if (ec) return makeError(ErrorKind::kInternal, "create {}: {}", dir, ec.message());
-  ASSIGN_OR_RETURN(QemuProcess proc, launchQemu(qemu));
-  auto inst = connectInstance(spec.id, proc.pid, dir, deadline, before_agent);
-  if (!inst) {
-    Error e = inst.error();
-    e.message += "; qemu: " + tailOf(VmPaths::in(dir).log, 400) + "; console: " + tailOf(VmPaths::in(dir).console, 800);
-    killQemu(proc.pid);
-    {
-      std::lock_guard lock(mu_);
-      qmp_.erase(spec.id);
-    }
-    return tl::unexpected(e.context(fmt::format("start vm {}", spec.id)));
-  }
-  return inst;
+void VmRuntime::killAndClean(pid_t pid, const std::string& cgroup_id) {
+  killQemu(pid);
+  if (cgroups_ && !cgroup_id.empty()) (void)cgroups_->remove(cgroup_id);
 }
 
-Result<runtime::Instance> VmRuntime::connectInstance(const std::string& id, pid_t pid, const std::string& dir,
-                                                     Clock::time_point deadline,
-                                                     const std::function<Status(QmpClient&)>& before_agent) {
-  VmPaths paths = VmPaths::in(dir);
-  auto left = [&] { return std::max(Duration(1), std::chrono::duration_cast<Duration>(deadline - Clock::now())); };
-  ASSIGN_OR_RETURN(auto qmp, QmpClient::connect(paths.qmp, std::min(left(), Duration(30000))));
-  if (before_agent) TRY(before_agent(*qmp));
+Result<std::shared_ptr<agent::AgentClient>> VmRuntime::connectAgent(const std::string& dir, Clock::time_point deadline) {
   // The agent socket exists as soon as QEMU runs; the hello reply comes once the guest's agent has
   // opened its port, so the handshake timeout covers the boot (or the restore).
-  ASSIGN_OR_RETURN(UniqueFd fd, connectUnixUntil(paths.agent, deadline));
-  ASSIGN_OR_RETURN(auto agent, agent::AgentClient::adopt(fd.release(), left()));
-  {
-    std::lock_guard lock(mu_);
-    qmp_[id] = std::move(qmp);
-  }
+  ASSIGN_OR_RETURN(UniqueFd fd, connectUnixUntil(VmPaths::in(dir).agent, deadline));
+  auto left = std::max(Duration(1), std::chrono::duration_cast<Duration>(deadline - Clock::now()));
+  return agent::AgentClient::adopt(fd.release(), left);
+}
+
+runtime::Instance VmRuntime::instanceOf(const std::string& id, pid_t pid, const std::string& dir, json extra) {
   runtime::Instance inst;
   inst.id = id;
   inst.pid = pid;
-  inst.agent = std::move(agent);
   inst.persisted.id = id;
   inst.persisted.runtime = "vm";
   inst.persisted.state = {{"pid", pid}, {"dir", dir}};
+  for (auto& [k, v] : extra.items()) inst.persisted.state[k] = v;
   return inst;
+}
+
+Result<runtime::Instance> VmRuntime::bootCold(const runtime::SandboxSpec& spec) {
+  auto deadline = Clock::now() + config_.start_timeout;
+  std::string dir = vmDir(spec);
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  if (ec) return makeError(ErrorKind::kInternal, "create {}: {}", dir, ec.message());
+  QemuSpec qemu = qemuSpecFor(spec, dir);
+  qemu.console_file = dir + "/console.log";
+  std::vector<std::string> read_only;
+  if (!spec.template_rootfs.empty()) {
+    ASSIGN_OR_RETURN(std::string base, ensureBaseImage(spec, spec.limits.disk_bytes));
+    TRY(createOverlay(base, "raw", dir + "/disk.qcow2"));
+    uid_t uid = spec.uid_base ? spec.uid_base : config_.warm_uid;
+    if (chown((dir + "/disk.qcow2").c_str(), uid, uid) < 0) return sysError(errno, "chown disk overlay");
+    qemu.disks.push_back({dir + "/disk.qcow2", "qcow2", false});
+    read_only.push_back(base);
+  }
+  uid_t uid = spec.uid_base ? spec.uid_base : config_.warm_uid;
+  ASSIGN_OR_RETURN(QemuProcess proc, spawn(qemu, spec.id, uid, read_only, -1, qemu.memory_mib));
+  auto connected = [&]() -> Result<runtime::Instance> {
+    ASSIGN_OR_RETURN(auto qmp, QmpClient::connect(VmPaths::in(dir).qmp, Duration(30000)));
+    ASSIGN_OR_RETURN(auto agent, connectAgent(dir, deadline));
+    runtime::Instance inst = instanceOf(spec.id, proc.pid, dir, {{"cgroup", config_.confine ? spec.id : ""}});
+    inst.agent = std::move(agent);
+    std::lock_guard lock(mu_);
+    qmp_[spec.id] = std::move(qmp);
+    return inst;
+  }();
+  if (!connected) {
+    Error e = connected.error();
+    e.message += "; qemu: " + tailOf(VmPaths::in(dir).log, 400) + "; console: " + tailOf(qemu.console_file, 800);
+    killAndClean(proc.pid, config_.confine ? spec.id : "");
+    return tl::unexpected(e.context(fmt::format("boot vm {}", spec.id)));
+  }
+  return connected;
+}
+
+Result<std::string> VmRuntime::ensureBaseImage(const runtime::SandboxSpec& spec, uint64_t disk_bytes) {
+  std::string key = spec.template_id.empty() ? "tree-" + fmt::format("{:016x}", std::hash<std::string>{}(spec.template_rootfs))
+                                             : spec.template_id;
+  std::string dir = config_.state_dir + "/vm/templates/" + key;
+  std::string path = fmt::format("{}/base-d{}.ext4", dir, disk_bytes / kMiB);
+  if (access(path.c_str(), R_OK) == 0) return path;
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  if (ec) return makeError(ErrorKind::kInternal, "create {}: {}", dir, ec.message());
+  // The guest's free space is the sandbox's disk limit: the tree plus the limit, plus ext4's metadata.
+  uint64_t size = treeBytes(spec.template_rootfs) * 11 / 10 + disk_bytes + 64 * kMiB;
+  size = (size + kMiB - 1) / kMiB * kMiB;
+  TRY(buildExt4Image(spec.template_rootfs, path, size));
+  return path;
+}
+
+Result<VmTemplate> VmRuntime::ensureTemplate(const runtime::SandboxSpec& spec) {
+  QemuSpec shape = qemuSpecFor(spec, "");
+  std::string tpl_key = spec.template_id.empty()
+                            ? (spec.template_rootfs.empty() ? std::string("bare")
+                                                            : fmt::format("tree-{:016x}", std::hash<std::string>{}(spec.template_rootfs)))
+                            : spec.template_id;
+  std::string dir = fmt::format("{}/vm/templates/{}/c{}-m{}-d{}-{}", config_.state_dir, tpl_key, shape.vcpus,
+                                shape.memory_mib, spec.limits.disk_bytes / kMiB,
+                                guestKey(shape.kernel, shape.initrd, shape.extra_cmdline, accel_));
+  auto load = [&]() -> Result<VmTemplate> {
+    std::ifstream in(dir + "/template.json");
+    if (!in) return makeError(ErrorKind::kNotFound, "no VM template in {}", dir);
+    json meta = json::parse(in, nullptr, false);
+    if (meta.is_discarded()) return makeError(ErrorKind::kInternal, "{}/template.json is not JSON", dir);
+    VmTemplate t;
+    t.dir = dir;
+    t.base_image = meta.value("base_image", "");
+    t.disk = meta.value("disk", false) ? dir + "/disk.qcow2" : "";
+    t.memory = dir + "/memory";
+    t.state = dir + "/state";
+    t.vcpus = meta.value("vcpus", 1u);
+    t.memory_mib = meta.value("memory_mib", 256u);
+    return t;
+  };
+  if (auto t = load()) return t;
+  std::shared_ptr<std::mutex> lock_of_key;
+  {
+    std::lock_guard lock(mu_);
+    auto& l = building_[dir];
+    if (!l) l = std::make_shared<std::mutex>();
+    lock_of_key = l;
+  }
+  std::lock_guard build_lock(*lock_of_key);
+  if (auto t = load()) return t;
+  auto t0 = Clock::now();
+  TRY(buildTemplate(spec, dir));
+  spdlog::info("vm template {} made in {} ms", dir,
+               std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - t0).count());
+  return load();
+}
+
+Status VmRuntime::buildTemplate(const runtime::SandboxSpec& spec, const std::string& dir) {
+  std::string tmp = dir + ".tmp";
+  std::error_code ec;
+  fs::remove_all(tmp, ec);
+  fs::create_directories(tmp, ec);
+  if (ec) return makeError(ErrorKind::kInternal, "create {}: {}", tmp, ec.message());
+  auto cleanup = [&] { fs::remove_all(tmp, ec); };
+
+  runtime::SandboxSpec warm = spec;
+  warm.id = "warm-" + fmt::format("{:08x}", static_cast<uint32_t>(std::hash<std::string>{}(dir)));
+  // The warm-up VMM's directory is the template's: its RAM becomes tmp/memory, its disk writes tmp/disk.qcow2.
+  QemuSpec qemu = qemuSpecFor(spec, tmp);
+  qemu.memory_file = tmp + "/memory";
+  qemu.memory_file_shared = true;
+  qemu.console_file = tmp + "/console.log";
+  std::vector<std::string> read_only;
+  std::string base;
+  if (!spec.template_rootfs.empty()) {
+    auto b = ensureBaseImage(spec, spec.limits.disk_bytes);
+    if (!b) {
+      cleanup();
+      return tl::unexpected(b.error());
+    }
+    base = *b;
+    if (auto st = createOverlay(base, "raw", tmp + "/disk.qcow2"); !st) {
+      cleanup();
+      return tl::unexpected(st.error());
+    }
+    qemu.disks.push_back({tmp + "/disk.qcow2", "qcow2", false});
+    read_only.push_back(base);
+  }
+  uid_t uid = config_.warm_uid;
+  for (const auto& p : {tmp, tmp + "/disk.qcow2"})
+    if (access(p.c_str(), F_OK) == 0 && chown(p.c_str(), uid, uid) < 0) {
+      cleanup();
+      return sysError(errno, "chown {}", p);
+    }
+  auto proc = spawn(qemu, warm.id, uid, read_only, -1, qemu.memory_mib);
+  if (!proc) {
+    cleanup();
+    return tl::unexpected(proc.error().context("warm vm template"));
+  }
+  auto deadline = Clock::now() + config_.start_timeout;
+  auto saved = [&]() -> Status {
+    ASSIGN_OR_RETURN(auto qmp, QmpClient::connect(VmPaths::in(qemu.dir).qmp, Duration(30000)));
+    ASSIGN_OR_RETURN(auto agent, connectAgent(qemu.dir, deadline));
+    // The agent answered: the guest is booted and waits on its port. End the host session so that every
+    // restored VM starts with the port idle.
+    agent.reset();
+    TRY(saveDeviceState(*qmp, tmp + "/state", std::chrono::seconds(60)));
+    // A clean exit closes the disk image; the memory file is complete once the state is saved.
+    (void)qmp->execute("quit", nullptr, Duration(5000));
+    return ok();
+  }();
+  if (!waitExit(*proc, std::chrono::seconds(10))) killQemu(proc->pid);
+  if (config_.confine) (void)cgroups_->remove(warm.id);
+  if (!saved) {
+    Error e = saved.error();
+    e.message += "; qemu: " + tailOf(VmPaths::in(qemu.dir).log, 400) + "; console: " + tailOf(qemu.console_file, 1200);
+    cleanup();
+    return tl::unexpected(e.context("warm vm template"));
+  }
+  VmPaths run = VmPaths::in(tmp);
+  for (const auto& f : {run.qmp, run.agent, run.log, qemu.console_file}) unlink(f.c_str());
+  // Read-only from here on, owned by root: no VMM may change a template (SECURITY.md V3).
+  for (const auto& f : {tmp + "/memory", tmp + "/state", tmp + "/disk.qcow2"}) {
+    if (access(f.c_str(), F_OK) != 0) continue;
+    if (chown(f.c_str(), 0, 0) < 0 || chmod(f.c_str(), 0444) < 0) return sysError(errno, "seal {}", f);
+    TRY(fsyncPath(f));
+  }
+  json meta = {{"memory_mib", qemu.memory_mib}, {"vcpus", qemu.vcpus}, {"accel", accel_ == Accel::kKvm ? "kvm" : "tcg"},
+               {"base_image", base}, {"disk", !base.empty()}, {"kernel", qemu.kernel}, {"initrd", qemu.initrd}};
+  {
+    std::ofstream out(tmp + "/template.json");
+    out << meta.dump() << "\n";
+    if (!out) return makeError(ErrorKind::kInternal, "write {}/template.json", tmp);
+  }
+  TRY(fsyncPath(tmp + "/template.json"));
+  if (chown(tmp.c_str(), 0, 0) < 0 || chmod(tmp.c_str(), 0755) < 0) return sysError(errno, "seal {}", tmp);
+  if (rename(tmp.c_str(), dir.c_str()) < 0) return sysError(errno, "rename {} to {}", tmp, dir);
+  TRY(fsyncPath(fs::path(dir).parent_path().string(), O_RDONLY | O_DIRECTORY));
+  return ok();
+}
+
+Result<int> VmRuntime::memoryFd(const VmTemplate& tpl) {
+  std::lock_guard lock(mu_);
+  if (auto it = memory_fds_.find(tpl.dir); it != memory_fds_.end()) return it->second.get();
+  UniqueFd src(open(tpl.memory.c_str(), O_RDONLY | O_CLOEXEC));
+  if (!src) return sysError(errno, "open {}", tpl.memory);
+  struct stat st;
+  if (fstat(src.get(), &st) < 0) return sysError(errno, "stat {}", tpl.memory);
+  UniqueFd mem(memfd_create("space-vm-template", MFD_CLOEXEC | MFD_ALLOW_SEALING));
+  if (!mem) return sysError(errno, "memfd_create");
+  if (ftruncate(mem.get(), st.st_size) < 0) return sysError(errno, "size template memory");
+  // Only the pages the warm-up guest touched hold data; the rest of the file is holes and stays so.
+  std::vector<char> buf(1 << 20);
+  off_t pos = 0;
+  while (pos < st.st_size) {
+    off_t data = lseek(src.get(), pos, SEEK_DATA);
+    if (data < 0) break;  // ENXIO: only a hole is left
+    off_t hole = lseek(src.get(), data, SEEK_HOLE);
+    if (hole < 0) hole = st.st_size;
+    for (off_t off = data; off < hole;) {
+      size_t want = static_cast<size_t>(std::min<off_t>(hole - off, static_cast<off_t>(buf.size())));
+      ssize_t n = pread(src.get(), buf.data(), want, off);
+      if (n <= 0) return sysError(n < 0 ? errno : EIO, "read {}", tpl.memory);
+      bool zero = std::all_of(buf.data(), buf.data() + n, [](char c) { return c == 0; });
+      if (!zero && pwrite(mem.get(), buf.data(), static_cast<size_t>(n), off) != n)
+        return sysError(errno, "copy template memory");
+      off += n;
+    }
+    pos = hole;
+  }
+  if (fcntl(mem.get(), F_ADD_SEALS, F_SEAL_WRITE | F_SEAL_GROW | F_SEAL_SHRINK | F_SEAL_SEAL) < 0)
+    return sysError(errno, "seal template memory");
+  int fd = mem.get();
+  memory_fds_[tpl.dir] = std::move(mem);
+  return fd;
+}
+
+Result<runtime::Instance> VmRuntime::prepare(const runtime::SandboxSpec& spec) {
+  ASSIGN_OR_RETURN(VmTemplate tpl, ensureTemplate(spec));
+  std::string dir = vmDir(spec);
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  if (ec) return makeError(ErrorKind::kInternal, "create {}: {}", dir, ec.message());
+  uid_t uid = spec.uid_base ? spec.uid_base : config_.warm_uid;
+  QemuSpec qemu = qemuSpecFor(spec, dir);
+  // The restored machine must be the saved one: memory size and vCPUs come from the template.
+  qemu.memory_mib = tpl.memory_mib;
+  qemu.vcpus = tpl.vcpus;
+  qemu.memory_file_shared = false;
+  qemu.incoming_defer = true;
+  int memory_fd = -1;
+  if (config_.confine) {
+    ASSIGN_OR_RETURN(memory_fd, memoryFd(tpl));
+    qemu.memory_file = kMemoryFdPath;
+  } else {
+    qemu.memory_file = tpl.memory;
+  }
+  std::vector<std::string> read_only;
+  if (!tpl.disk.empty()) {
+    std::string overlay = dir + "/disk.qcow2";
+    TRY(createOverlay(tpl.disk, "qcow2", overlay));
+    if (chown(overlay.c_str(), uid, uid) < 0) return sysError(errno, "chown {}", overlay);
+    qemu.disks.push_back({overlay, "qcow2", false});
+    read_only = {tpl.disk, tpl.base_image};
+  }
+  ASSIGN_OR_RETURN(QemuProcess proc, spawn(qemu, spec.id, uid, read_only, memory_fd, qemu.memory_mib));
+  std::string cgroup = config_.confine ? spec.id : "";
+  auto qmp = QmpClient::connect(VmPaths::in(dir).qmp, Duration(30000));
+  if (!qmp) {
+    Error e = qmp.error();
+    e.message += "; qemu: " + tailOf(VmPaths::in(dir).log, 400);
+    killAndClean(proc.pid, cgroup);
+    return tl::unexpected(e.context(fmt::format("prepare vm {}", spec.id)));
+  }
+  {
+    std::lock_guard lock(mu_);
+    qmp_[spec.id] = std::move(*qmp);
+  }
+  return instanceOf(spec.id, proc.pid, dir, {{"cgroup", cgroup}, {"template", tpl.dir}, {"restored", false}});
+}
+
+Status VmRuntime::activate(runtime::Instance& inst) {
+  if (inst.agent) return ok();
+  std::string dir = inst.persisted.state.value("dir", "");
+  std::string tpl = inst.persisted.state.value("template", "");
+  ASSIGN_OR_RETURN(QmpClient * qmp, qmpFor(inst.persisted));
+  auto deadline = Clock::now() + std::chrono::seconds(60);
+  auto done = [&]() -> Status {
+    TRY(loadDeviceState(*qmp, tpl + "/state", std::chrono::seconds(60)));
+    inst.persisted.state["restored"] = true;
+    ASSIGN_OR_RETURN(inst.agent, connectAgent(dir, deadline));
+    return ok();
+  }();
+  if (!done) {
+    Error e = done.error();
+    e.message += "; qemu: " + tailOf(VmPaths::in(dir).log, 400);
+    if (auto ring = qmp->execute("ringbuf-read", {{"device", kConsoleChardev}, {"size", 2048}, {"format", "utf8"}});
+        ring && ring->is_string())
+      e.message += "; console: " + ring->get<std::string>();
+    return tl::unexpected(e.context(fmt::format("restore vm {}", inst.id)));
+  }
+  return ok();
+}
+
+Result<runtime::Instance> VmRuntime::start(const runtime::SandboxSpec& spec) {
+  ASSIGN_OR_RETURN(runtime::Instance inst, prepare(spec));
+  if (auto st = activate(inst); !st) {
+    (void)destroy(inst.persisted);
+    return tl::unexpected(st.error());
+  }
+  return inst;
+}
+
+bool VmRuntime::alive(const runtime::Instance& inst) {
+  if (inst.agent) return inst.agent->alive();
+  return isQemuOf(inst.pid, inst.persisted.state.value("dir", ""));
 }
 
 Result<QmpClient*> VmRuntime::qmpFor(const runtime::PersistedInstance& inst) {
@@ -175,49 +573,8 @@ Result<runtime::SnapshotRef> VmRuntime::snapshot(runtime::Instance& inst, runtim
   return makeError(ErrorKind::kUnsupported, "vm snapshots are not implemented yet");
 }
 
-Result<runtime::SnapshotRef> VmRuntime::warmTemplate(const runtime::SandboxSpec& spec,
-                                                     const std::string& template_dir) {
-  std::error_code ec;
-  fs::create_directories(template_dir, ec);
-  if (ec) return makeError(ErrorKind::kInternal, "create {}: {}", template_dir, ec.message());
-  TemplateFiles files = TemplateFiles::in(template_dir);
-  QemuSpec qemu = qemuSpecFor(spec, template_dir + "/warm");
-  qemu.memory_file = files.memory;
-  qemu.memory_file_shared = true;
-  runtime::SandboxSpec warm = spec;
-  warm.id = spec.id + "-warm";
-  ASSIGN_OR_RETURN(runtime::Instance inst, launchAndConnect(warm, qemu));
-  // The agent answered: the guest is booted and its agent waits on the port. End the host session so
-  // that every restored VM starts with the port idle.
-  inst.agent.reset();
-  auto saved = [&]() -> Status {
-    ASSIGN_OR_RETURN(QmpClient * qmp, qmpFor(inst.persisted));
-    return saveDeviceState(*qmp, files.state, std::chrono::seconds(60));
-  }();
-  // The memory file must not change after the state is saved: the VM ends here either way.
-  TRY(destroy(inst.persisted));
-  if (!saved) return tl::unexpected(saved.error().context("warm template"));
-  json meta = {
-      {"memory_mib", qemu.memory_mib}, {"vcpus", qemu.vcpus}, {"accel", accel_ == Accel::kKvm ? "kvm" : "tcg"}};
-  std::ofstream(template_dir + "/template.json") << meta.dump() << "\n";
-  return runtime::SnapshotRef{spec.id, template_dir};
-}
-
 Result<runtime::Instance> VmRuntime::restore(const runtime::SnapshotRef& ref, const runtime::SandboxSpec& spec) {
-  std::ifstream in(ref.path + "/template.json");
-  if (!in) return makeError(ErrorKind::kNotFound, "no template snapshot in {}", ref.path);
-  json meta = json::parse(in, nullptr, false);
-  if (meta.is_discarded()) return makeError(ErrorKind::kInternal, "{}/template.json is not JSON", ref.path);
-  TemplateFiles files = TemplateFiles::in(ref.path);
-  QemuSpec qemu = qemuSpecFor(spec, vmDir(spec));
-  // The restored machine must be the saved one: memory size and vCPUs come from the snapshot.
-  qemu.memory_mib = meta.value("memory_mib", qemu.memory_mib);
-  qemu.vcpus = meta.value("vcpus", qemu.vcpus);
-  qemu.memory_file = files.memory;
-  qemu.memory_file_shared = false;
-  qemu.incoming_defer = true;
-  return launchAndConnect(spec, qemu,
-                          [&](QmpClient& qmp) { return loadDeviceState(qmp, files.state, std::chrono::seconds(60)); });
+  return makeError(ErrorKind::kUnsupported, "vm restore from a sandbox snapshot is not implemented yet");
 }
 
 Status VmRuntime::destroy(const runtime::PersistedInstance& inst) {
@@ -228,6 +585,8 @@ Status VmRuntime::destroy(const runtime::PersistedInstance& inst) {
   std::string dir = inst.state.value("dir", "");
   pid_t pid = inst.state.value("pid", 0);
   if (isQemuOf(pid, dir)) killQemu(pid);
+  std::string cgroup = inst.state.value("cgroup", "");
+  if (cgroups_ && !cgroup.empty()) TRY(cgroups_->remove(cgroup));
   if (!dir.empty()) {
     std::error_code ec;
     fs::remove_all(dir, ec);
@@ -244,7 +603,13 @@ Result<runtime::Instance> VmRuntime::reattach(const runtime::PersistedInstance& 
     std::lock_guard lock(mu_);
     qmp_.erase(inst.id);
   }
-  return connectInstance(inst.id, pid, dir, Clock::now() + std::chrono::seconds(10));
+  runtime::Instance out = instanceOf(inst.id, pid, dir, inst.state);
+  ASSIGN_OR_RETURN(QmpClient * qmp, qmpFor(inst));
+  (void)qmp;
+  // A VMM still waiting to restore (a pooled VM when spaced stopped) has no agent to reach yet.
+  if (!inst.state.value("restored", true)) return out;
+  ASSIGN_OR_RETURN(out.agent, connectAgent(dir, Clock::now() + std::chrono::seconds(10)));
+  return out;
 }
 
 Result<runtime::Usage> VmRuntime::usage(const runtime::PersistedInstance& inst) {
@@ -270,6 +635,9 @@ Result<runtime::Usage> VmRuntime::usage(const runtime::PersistedInstance& inst) 
     }
     u.cpu_usage_ns = (utime + stime) * (1000000000ull / static_cast<uint64_t>(sysconf(_SC_CLK_TCK)));
   }
+  std::error_code ec;
+  auto disk = fs::file_size(inst.state.value("dir", "") + "/disk.qcow2", ec);
+  if (!ec) u.disk_bytes = disk;
   return u;
 }
 

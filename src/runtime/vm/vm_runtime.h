@@ -1,7 +1,8 @@
 // VmRuntime: the microVM tier. Each sandbox is a QEMU `microvm` with its own kernel; space-agent is the
 // guest's PID 1 and reaches spaced over a virtio-serial port bound to a unix socket in the VM's
 // directory. QEMU is driven over QMP (pause = stop, resume = cont). KVM when /dev/kvm is usable, else
-// TCG (software emulation: same boundary, slower). Design and figures: docs/vm.md,
+// TCG (software emulation: same boundary, slower). New VMs restore from a per-template memory snapshot
+// (VmTemplates); the VMM is confined (confine.h). Design and figures: docs/vm.md,
 // docs/decisions/0003-vm-tier.md.
 #pragma once
 
@@ -12,6 +13,8 @@
 #include <mutex>
 #include <string>
 
+#include "common/unique_fd.h"
+#include "runtime/jail/cgroup.h"
 #include "runtime/runtime.h"
 #include "runtime/vm/launch.h"
 #include "runtime/vm/qmp.h"
@@ -21,7 +24,7 @@ namespace space::vm {
 enum class AccelMode { kAuto, kKvm, kTcg };
 
 struct VmConfig {
-  std::string state_dir;  // VMs live in <state_dir>/vms/<id> unless the spec names a dir
+  std::string state_dir;  // VMs live in <state_dir>/vms/<id> unless the spec names a dir; templates in <state_dir>/vm
   std::string qemu = "qemu-system-x86_64";
   std::string kernel = "/var/cache/space/vm/vmlinuz";  // scripts/vm/build-guest
   std::string initrd = "/var/cache/space/vm/initramfs.cpio";
@@ -30,21 +33,48 @@ struct VmConfig {
   std::string extra_cmdline;
   // Cold boot of a generic kernel under TCG on a loaded 2-core host takes tens of seconds.
   std::chrono::milliseconds start_timeout{180000};
+  // VMM confinement (SECURITY.md V2). Off only for tests of the unconfined launch path.
+  bool confine = true;
+  std::string cgroup_parent = "space";
+  uint64_t vmm_overhead_mib = 384;   // QEMU's own memory on top of guest RAM (TCG's translation cache)
+  uint32_t vmm_pids = 128;           // QEMU's threads (vCPUs, I/O workers)
+  uint32_t tcg_tb_cache_mib = 128;   // TCG translation-block cache (QEMU's default is 1 GiB)
+  uid_t warm_uid = 0x0FFFFFF0;       // the host uid of template warm-up VMMs
+};
+
+// A template's VM artifacts for one machine shape, made once (VmRuntime::ensureTemplate) and never
+// changed after: the ext4 image of the template's tree (shared by all shapes with that disk size), the
+// disk state of the warm-up VM on top of it, the guest RAM file and the device state.
+struct VmTemplate {
+  std::string dir;
+  std::string base_image;  // raw ext4, read-only
+  std::string disk;        // qcow2 on base_image: the warm-up VM's writes (mount, journal-less superblock)
+  std::string memory, state;
+  uint32_t vcpus = 1;
+  uint64_t memory_mib = 256;
 };
 
 class VmRuntime : public runtime::Runtime {
  public:
   // Checks the guest artifacts and the accelerator choice.
   static Result<std::unique_ptr<VmRuntime>> create(const VmConfig& config);
+  ~VmRuntime() override;
 
   std::string name() const override { return "vm"; }
   runtime::Capabilities capabilities() const override { return {.pause = true}; }
 
-  // Boots one VM for spec with its RAM in <template_dir>/memory, waits for the agent, saves the device
-  // state to <template_dir>/state and ends the VM. restore() of the returned ref starts new VMs from it.
-  Result<runtime::SnapshotRef> warmTemplate(const runtime::SandboxSpec& spec, const std::string& template_dir);
+  // The template's artifacts for spec's shape (vCPUs, memory, disk), made on first use: ext4 image of
+  // spec.template_rootfs, then one VM booted from it whose RAM and device state are saved. Concurrent
+  // callers for one key wait for one build. Without a template_rootfs the guest runs from its initramfs.
+  Result<VmTemplate> ensureTemplate(const runtime::SandboxSpec& spec);
+
+  // Boots spec's guest from the kernel, without a memory snapshot (cold boot), with the template's disk.
+  Result<runtime::Instance> bootCold(const runtime::SandboxSpec& spec);
 
   Result<runtime::Instance> start(const runtime::SandboxSpec& spec) override;
+  Result<runtime::Instance> prepare(const runtime::SandboxSpec& spec) override;
+  Status activate(runtime::Instance& inst) override;
+  bool alive(const runtime::Instance& inst) override;
   Status pause(runtime::Instance& inst) override;
   Status resume(runtime::Instance& inst) override;
   Result<runtime::SnapshotRef> snapshot(runtime::Instance& inst, runtime::SnapshotKind kind) override;
@@ -54,29 +84,47 @@ class VmRuntime : public runtime::Runtime {
   Result<runtime::Usage> usage(const runtime::PersistedInstance& inst) override;
 
   Accel accel() const { return accel_; }
-  // The QemuSpec start() would use for spec (exposed for tests and the bench).
+  const VmConfig& config() const { return config_; }
+  // The QemuSpec a VM of spec would get in dir (exposed for tests and the bench).
   QemuSpec qemuSpecFor(const runtime::SandboxSpec& spec, const std::string& dir) const;
 
  private:
-  VmRuntime(VmConfig config, Accel accel) : config_(std::move(config)), accel_(accel) {}
+  VmRuntime(VmConfig config, Accel accel, std::unique_ptr<jail::CgroupBackend> cgroups)
+      : config_(std::move(config)), accel_(accel), cgroups_(std::move(cgroups)) {}
   std::string vmDir(const runtime::SandboxSpec& spec) const;
+  Status buildTemplate(const runtime::SandboxSpec& spec, const std::string& dir);
+  Result<std::string> ensureBaseImage(const runtime::SandboxSpec& spec, uint64_t disk_bytes);
+  // The template's RAM as a sealed memfd (copied once per daemon): a confined VMM maps it privately
+  // without any path to, or write access on, the template's file.
+  Result<int> memoryFd(const VmTemplate& tpl);
+  // Spawns QEMU (confined unless disabled) in its cgroup; `cgroup_id` names the group.
+  Result<QemuProcess> spawn(const QemuSpec& qemu, const std::string& cgroup_id, uid_t uid,
+                            const std::vector<std::string>& read_only, int memory_fd, uint64_t memory_mib);
   // The QMP connection of a live VM, connecting (after a restart) from the persisted state on demand.
   Result<QmpClient*> qmpFor(const runtime::PersistedInstance& inst);
-  // Connects QMP, runs before_agent on it (loading a snapshot), then completes the agent handshake.
-  Result<runtime::Instance> connectInstance(const std::string& id, pid_t pid, const std::string& dir,
-                                            std::chrono::steady_clock::time_point deadline,
-                                            const std::function<Status(QmpClient&)>& before_agent = {});
-  Result<runtime::Instance> launchAndConnect(const runtime::SandboxSpec& spec, const QemuSpec& qemu,
-                                             const std::function<Status(QmpClient&)>& before_agent = {});
+  Result<std::shared_ptr<agent::AgentClient>> connectAgent(const std::string& dir,
+                                                           std::chrono::steady_clock::time_point deadline);
+  runtime::Instance instanceOf(const std::string& id, pid_t pid, const std::string& dir, nlohmann::json extra);
+  void killAndClean(pid_t pid, const std::string& cgroup_id);
 
   VmConfig config_;
   Accel accel_;
+  std::unique_ptr<jail::CgroupBackend> cgroups_;
   std::mutex mu_;
-  std::map<std::string, std::unique_ptr<QmpClient>> qmp_;  // by sandbox id
+  std::map<std::string, std::unique_ptr<QmpClient>> qmp_;      // by sandbox id
+  std::map<std::string, std::shared_ptr<std::mutex>> building_; // template key → build lock
+  std::map<std::string, UniqueFd> memory_fds_;                  // template dir → sealed memfd
 };
 
 // The host's TSC frequency in kHz (0 when unknown). Under TCG the guest reads the host's TSC, and the
 // guest kernel cannot calibrate it on microvm (no PIT/HPET reference): SPACE passes tsc_early_khz.
 uint64_t hostTscKhz();
+
+// Builds a raw ext4 image of `tree` at `out` (size bytes, sparse), atomically (temporary name, fsync, rename).
+Status buildExt4Image(const std::string& tree, const std::string& out, uint64_t size_bytes);
+// A qcow2 overlay at `out` whose backing file is `backing` (its format `backing_format`).
+Status createOverlay(const std::string& backing, const std::string& backing_format, const std::string& out);
+// Bytes the tree takes on disk (allocated blocks), for sizing its image.
+uint64_t treeBytes(const std::string& tree);
 
 }  // namespace space::vm

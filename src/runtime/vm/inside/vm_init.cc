@@ -110,6 +110,43 @@ Result<UniqueFd> openAgentPort() {
   }
 }
 
+// The root device named on the kernel command line (`space.root=/dev/vda`), empty when the guest runs
+// from the initramfs alone. The kernel keeps dotted parameters to itself, so init reads /proc/cmdline.
+std::string rootDeviceFromCmdline() {
+  std::ifstream in("/proc/cmdline");
+  std::string word;
+  while (in >> word) {
+    if (word.rfind("space.root=", 0) == 0) return word.substr(11);
+  }
+  return "";
+}
+
+// Mounts the template's filesystem from virtio-blk and makes it the root, keeping the kernel
+// filesystems mounted above. The initramfs stays in memory underneath (it cannot be unmounted); its few
+// MiB are part of the template's shared memory image.
+Status switchRoot(const std::string& device) {
+  constexpr const char* kNewRoot = "/newroot";
+  auto deadline = Clock::now() + kPortWait;
+  // virtio_blk registers the disk asynchronously after the driver loads.
+  while (access(device.c_str(), F_OK) != 0) {
+    if (Clock::now() > deadline) return makeError(ErrorKind::kNotFound, "root device {} did not appear", device);
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  mkdir(kNewRoot, 0755);
+  if (mount(device.c_str(), kNewRoot, "ext4", MS_NOATIME, nullptr) < 0)
+    return sysError(errno, "mount {} (ext4) at {}", device, kNewRoot);
+  for (const char* m : {"/dev", "/proc", "/sys", "/run"}) {
+    std::string target = std::string(kNewRoot) + m;
+    mkdir(target.c_str(), 0755);
+    if (mount(m, target.c_str(), nullptr, MS_MOVE, nullptr) < 0) return sysError(errno, "move {} to {}", m, target);
+  }
+  if (chdir(kNewRoot) < 0) return sysError(errno, "chdir {}", kNewRoot);
+  if (mount(".", "/", nullptr, MS_MOVE, nullptr) < 0) return sysError(errno, "move {} to /", kNewRoot);
+  if (chroot(".") < 0) return sysError(errno, "chroot {}", kNewRoot);
+  if (chdir("/") < 0) return sysError(errno, "chdir /");
+  return ok();
+}
+
 }  // namespace
 
 std::vector<std::string> parseModuleList(const std::string& text) {
@@ -129,6 +166,8 @@ Result<agent::ServeOptions> vmInit(int argc, char** argv) {
   TRY(mountKernelFilesystems().map_error([](Error e) { return e.context("vm init"); }));
   attachConsole();
   TRY(loadModules().map_error([](Error e) { return e.context("vm init: load modules"); }));
+  if (std::string device = rootDeviceFromCmdline(); !device.empty())
+    TRY(switchRoot(device).map_error([](Error e) { return e.context("vm init: switch root"); }));
   sethostname("space", 5);
   mkdir("/root", 0700);
   mkdir("/tmp", 01777);

@@ -8,6 +8,10 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include <openssl/evp.h>
 
 #include "runtime/vm/vm_runtime.h"
 
@@ -34,6 +38,34 @@ bool onPath(const std::string& name) {
   return false;
 }
 
+std::string sha256File(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  EVP_MD_CTX* ctx = EVP_MD_CTX_new();
+  EVP_DigestInit_ex(ctx, EVP_sha256(), nullptr);
+  std::vector<char> buf(1 << 20);
+  while (in.read(buf.data(), static_cast<std::streamsize>(buf.size())) || in.gcount() > 0)
+    EVP_DigestUpdate(ctx, buf.data(), static_cast<size_t>(in.gcount()));
+  unsigned char md[32];
+  unsigned len = 0;
+  EVP_DigestFinal_ex(ctx, md, &len);
+  EVP_MD_CTX_free(ctx);
+  std::string hex;
+  for (unsigned i = 0; i < len; ++i) hex += fmt::format("{:02x}", md[i]);
+  return hex;
+}
+
+std::string procField(pid_t pid, const std::string& file, const std::string& key) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/" + file);
+  std::string line;
+  while (std::getline(in, line))
+    if (line.rfind(key + ":", 0) == 0) {
+      std::string v = line.substr(key.size() + 1);
+      v.erase(0, v.find_first_not_of(" \t"));
+      return v;
+    }
+  return "";
+}
+
 std::string runToString(agent::AgentClient& agent, std::vector<std::string> argv) {
   agent::ExecRequest req;
   req.argv = std::move(argv);
@@ -55,11 +87,15 @@ class VmBootTest : public ::testing::Test {
     if (access((dir + "/vmlinuz").c_str(), R_OK) != 0 || access((dir + "/initramfs.cpio").c_str(), R_OK) != 0)
       GTEST_SKIP() << "no guest artifacts in " << dir << " (run scripts/vm/build-guest, or set SPACE_VM_DIR)";
     if (!onPath("qemu-system-x86_64")) GTEST_SKIP() << "qemu-system-x86_64 not installed (package qemu-system-x86)";
+    if (!onPath("qemu-img")) GTEST_SKIP() << "qemu-img not installed (package qemu-utils)";
+    if (geteuid() != 0) GTEST_SKIP() << "the VMM is confined by root (namespaces, cgroups, uid change)";
     state_ = std::filesystem::temp_directory_path() / ("space-vm-test-" + std::to_string(getpid()));
+    std::filesystem::create_directories(state_);
     VmConfig config;
     config.state_dir = state_;
     config.kernel = dir + "/vmlinuz";
     config.initrd = dir + "/initramfs.cpio";
+    config.cgroup_parent = "space-test-vm";
     auto rt = VmRuntime::create(config);
     ASSERT_TRUE(rt) << rt.error().message;
     runtime_ = std::move(*rt);
@@ -68,16 +104,27 @@ class VmBootTest : public ::testing::Test {
     if (!state_.empty()) std::filesystem::remove_all(state_);
   }
 
+  // A tiny root filesystem: static busybox and its applets.
+  std::string makeRootfs() {
+    std::string root = (state_ / "rootfs").string();
+    std::string cmd = "scripts/make-busybox-rootfs " + root + " >/dev/null";
+    std::string full = "cd " + std::string(SPACE_SOURCE_DIR) + " && " + cmd;
+    EXPECT_EQ(std::system(full.c_str()), 0);
+    std::ofstream(root + "/etc/marker") << "from-the-template\n";
+    return root;
+  }
+
   std::filesystem::path state_;
   std::unique_ptr<VmRuntime> runtime_;
 };
 
-TEST_F(VmBootTest, GuestRunsItsOwnKernelAndPausesAndResumes) {
+TEST_F(VmBootTest, ColdBootRunsTheGuestKernelInAConfinedVmm) {
   runtime::SandboxSpec spec;
   spec.id = "sb-vmtest";
+  spec.uid_base = 0x3F000000;
   spec.limits.memory_bytes = 256ull << 20;
   auto t0 = Clock::now();
-  auto inst = runtime_->start(spec);
+  auto inst = runtime_->bootCold(spec);
   ASSERT_TRUE(inst) << inst.error().message;
   std::string guest = runToString(*inst->agent, {"uname", "-r"});
   auto boot_ms = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - t0).count();
@@ -89,24 +136,36 @@ TEST_F(VmBootTest, GuestRunsItsOwnKernelAndPausesAndResumes) {
   while (!guest.empty() && guest.back() == '\n') guest.pop_back();
   EXPECT_FALSE(guest.empty());
   EXPECT_NE(guest, host.release) << "the command ran under the host's kernel";
-  std::printf("guest kernel %s, host kernel %s\n", guest.c_str(), host.release);
+
+  // V2, checked from the host: the VMM is an unprivileged uid with no_new_privs and seccomp, in its own
+  // mount and pid namespaces, in a cgroup of its own.
+  pid_t pid = inst->pid;
+  EXPECT_EQ(procField(pid, "status", "Uid"), "1056964608\t1056964608\t1056964608\t1056964608");
+  EXPECT_EQ(procField(pid, "status", "NoNewPrivs"), "1");
+  EXPECT_EQ(procField(pid, "status", "Seccomp"), "2");
+  EXPECT_EQ(procField(pid, "status", "CapEff"), "0000000000000000");
+  for (const char* ns : {"mnt", "pid", "net"}) {
+    auto mine = std::filesystem::read_symlink(std::string("/proc/self/ns/") + ns);
+    auto its = std::filesystem::read_symlink("/proc/" + std::to_string(pid) + "/ns/" + ns);
+    EXPECT_NE(mine, its) << ns;
+  }
+  std::ifstream cg("/proc/" + std::to_string(pid) + "/cgroup");
+  std::string cgroups((std::istreambuf_iterator<char>(cg)), std::istreambuf_iterator<char>());
+  EXPECT_NE(cgroups.find("space-test-vm/sb-vmtest"), std::string::npos) << cgroups;
+  // Its root holds /usr, the guest's kernel and initramfs, its own directory, a few devices: no host
+  // home, no /etc, no state of other sandboxes.
+  std::string root = "/proc/" + std::to_string(pid) + "/root";
+  EXPECT_TRUE(std::filesystem::exists(root + "/usr/bin"));
+  EXPECT_FALSE(std::filesystem::exists(root + "/etc/passwd"));
+  EXPECT_FALSE(std::filesystem::exists(root + "/root"));
+  EXPECT_FALSE(std::filesystem::exists(root + "/dev/sda"));
 
   // Pause and resume go through QMP (stop/cont); the agent answers again afterwards.
-  auto p0 = Clock::now();
   ASSERT_TRUE(runtime_->pause(*inst));
-  auto p1 = Clock::now();
   ASSERT_TRUE(runtime_->resume(*inst));
-  auto p2 = Clock::now();
-  std::printf("pause %lld us, resume %lld us\n",
-              static_cast<long long>(std::chrono::duration_cast<std::chrono::microseconds>(p1 - p0).count()),
-              static_cast<long long>(std::chrono::duration_cast<std::chrono::microseconds>(p2 - p1).count()));
   EXPECT_EQ(runToString(*inst->agent, {"echo", "after-resume"}), "after-resume\n");
 
-  // The guest has no host files: the host's hostname file is not what it sees.
-  EXPECT_EQ(runToString(*inst->agent, {"hostname"}), "space\n");
-
-  // A daemon restart: the host side goes away and reattaches from the persisted state alone. The
-  // agent sees its port hang up, waits, and serves the new session on the same device.
+  // A daemon restart: the host side goes away and reattaches from the persisted state alone.
   inst->agent.reset();
   auto again = runtime_->reattach(inst->persisted);
   ASSERT_TRUE(again) << again.error().message;
@@ -117,42 +176,70 @@ TEST_F(VmBootTest, GuestRunsItsOwnKernelAndPausesAndResumes) {
   ASSERT_TRUE(usage) << usage.error().message;
   EXPECT_GT(usage->memory_bytes, 0u);
 
-  pid_t pid = inst->pid;
   ASSERT_TRUE(runtime_->destroy(inst->persisted));
   EXPECT_FALSE(isQemuOf(pid, inst->persisted.state["dir"]));
+  EXPECT_FALSE(std::filesystem::exists("/sys/fs/cgroup/memory/space-test-vm/sb-vmtest"));
   EXPECT_TRUE(runtime_->destroy(inst->persisted)) << "destroy must be idempotent";
 }
 
-TEST_F(VmBootTest, RestoresFromTemplateWithoutChangingIt) {
+TEST_F(VmBootTest, RestoredVmsRunTheTemplatesDiskDivergeAndLeaveTheTemplateUnchanged) {
   runtime::SandboxSpec spec;
-  spec.id = "sb-tpl";
+  spec.template_rootfs = makeRootfs();
+  spec.template_id = "tpl-test";
   spec.limits.memory_bytes = 256ull << 20;
-  std::string tpl = (state_ / "template").string();
+  spec.limits.disk_bytes = 64ull << 20;
   auto t0 = Clock::now();
-  auto ref = runtime_->warmTemplate(spec, tpl);
-  ASSERT_TRUE(ref) << ref.error().message;
-  std::printf("template warm (boot + save): %lld ms\n",
+  auto tpl = runtime_->ensureTemplate(spec);
+  ASSERT_TRUE(tpl) << tpl.error().message;
+  std::printf("template warm (image + boot + save): %lld ms\n",
               static_cast<long long>(std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - t0).count()));
-  auto mem_before = std::filesystem::last_write_time(tpl + "/memory");
+  std::map<std::string, std::string> before;
+  for (const auto& f : {tpl->memory, tpl->state, tpl->disk, tpl->base_image}) before[f] = sha256File(f);
 
+  std::vector<runtime::Instance> vms;
   for (int i = 0; i < 2; ++i) {
     runtime::SandboxSpec r = spec;
     r.id = "sb-restored-" + std::to_string(i);
+    r.uid_base = 0x3F010000 + static_cast<uint32_t>(i) * 65536;
     auto r0 = Clock::now();
-    auto inst = runtime_->restore(*ref, r);
+    auto inst = runtime_->prepare(r);
     ASSERT_TRUE(inst) << inst.error().message;
+    auto r1 = Clock::now();
+    ASSERT_TRUE(runtime_->activate(*inst));
     std::string out = runToString(*inst->agent, {"uname", "-r"});
-    auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - r0).count();
-    std::printf("restore to first output: %lld ms\n", static_cast<long long>(ms));
+    auto r2 = Clock::now();
+    std::printf("prepare %lld ms, activate to first output %lld ms\n",
+                static_cast<long long>(std::chrono::duration_cast<std::chrono::milliseconds>(r1 - r0).count()),
+                static_cast<long long>(std::chrono::duration_cast<std::chrono::milliseconds>(r2 - r1).count()));
     utsname host{};
     uname(&host);
     EXPECT_FALSE(out.empty());
     EXPECT_NE(out, std::string(host.release) + "\n");
-    // Writes inside a restored guest land in its private copy, never in the template's memory file.
-    EXPECT_EQ(runToString(*inst->agent, {"sh", "-c", "head -c 33554432 /dev/zero > /tmp/fill && echo ok"}), "ok\n");
-    ASSERT_TRUE(runtime_->destroy(inst->persisted));
+    // The root filesystem is the template's, from virtio-blk.
+    EXPECT_EQ(runToString(*inst->agent, {"cat", "/etc/marker"}), "from-the-template\n");
+    agent::Identity id;
+    id.hostname = r.id;
+    id.rng_seed_hex = i == 0 ? std::string(64, 'a') : std::string(64, 'b');
+    id.machine_id = fmt::format("{:032x}", i + 1);
+    ASSERT_TRUE(inst->agent->setIdentity(id));
+    vms.push_back(std::move(*inst));
   }
-  EXPECT_EQ(std::filesystem::last_write_time(tpl + "/memory"), mem_before);
+  // V4: own RNG state, hostname and machine id.
+  std::string r0 = runToString(*vms[0].agent, {"sh", "-c", "head -c 16 /dev/urandom | od -An -tx1"});
+  std::string r1 = runToString(*vms[1].agent, {"sh", "-c", "head -c 16 /dev/urandom | od -An -tx1"});
+  EXPECT_FALSE(r0.empty());
+  EXPECT_NE(r0, r1);
+  EXPECT_EQ(runToString(*vms[0].agent, {"hostname"}), "sb-restored-0\n");
+  EXPECT_EQ(runToString(*vms[1].agent, {"hostname"}), "sb-restored-1\n");
+  EXPECT_NE(runToString(*vms[0].agent, {"cat", "/etc/machine-id"}), runToString(*vms[1].agent, {"cat", "/etc/machine-id"}));
+
+  // V3: one guest writes most of its memory and its disk; the template and the other VM see nothing.
+  EXPECT_EQ(runToString(*vms[0].agent, {"sh", "-c", "echo changed > /etc/marker && head -c 100000000 /dev/zero > /dev/shm/fill && echo ok"}),
+            "ok\n");
+  EXPECT_EQ(runToString(*vms[1].agent, {"cat", "/etc/marker"}), "from-the-template\n");
+  EXPECT_EQ(runToString(*vms[0].agent, {"cat", "/etc/marker"}), "changed\n");
+  for (auto& vm : vms) ASSERT_TRUE(runtime_->destroy(vm.persisted));
+  for (const auto& [f, sum] : before) EXPECT_EQ(sha256File(f), sum) << f;
 }
 
 }  // namespace
