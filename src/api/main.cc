@@ -72,6 +72,11 @@ int main(int argc, char** argv) {
   app.add_option("--cgroup-parent", flags.cgroup_parent, "cgroup directory (in every hierarchy) holding the sandboxes' groups");
   app.add_option("--max-sandboxes", flags.max_sandboxes, "sandboxes this node runs at most");
   app.add_option("--disk-volume-bytes", flags.disk_volume_bytes, "sparse size of the volume holding writable layers");
+  app.add_option("--vm-kernel", flags.vm_kernel, "guest kernel of the vm tier (scripts/vm/build-guest)");
+  app.add_option("--vm-initrd", flags.vm_initrd, "guest initramfs of the vm tier (scripts/vm/build-guest)");
+  app.add_flag("--vm-allow-tcg,!--vm-no-tcg", flags.vm_allow_tcg,
+               "without /dev/kvm, run VMs under software emulation (--vm-no-tcg: KVM or no vm tier)");
+  app.add_option("--vm-pool-size", flags.vm_pool_size, "VMMs waiting to restore per pooled template")->check(CLI::Range(0, 1000));
   app.add_option("--log-level", flags.log_level, "trace, debug, info, warn, error")
       ->check(CLI::IsMember({"trace", "debug", "info", "warn", "error", "critical", "off"}));
   CLI11_PARSE(app, argc, argv);
@@ -106,6 +111,10 @@ int main(int argc, char** argv) {
   if (given("--cgroup-parent")) config.cgroup_parent = flags.cgroup_parent;
   if (given("--disk-volume-bytes")) config.disk_volume_bytes = flags.disk_volume_bytes;
   if (given("--log-level")) config.log_level = flags.log_level;
+  if (given("--vm-kernel")) config.vm_kernel = flags.vm_kernel;
+  if (given("--vm-initrd")) config.vm_initrd = flags.vm_initrd;
+  if (given("--vm-allow-tcg") || given("--vm-no-tcg")) config.vm_allow_tcg = flags.vm_allow_tcg;
+  if (given("--vm-pool-size")) config.vm_pool_size = flags.vm_pool_size;
   fillDefaults(config);
 
   api::setupJsonLogging(spdlog::level::from_str(config.log_level));

@@ -48,5 +48,7 @@ struct TemplateBuildOptions {
 int cmdTemplateBuild(Context& ctx, const TemplateBuildOptions& o);
 int cmdTemplateLs(Context& ctx);
 int cmdTemplateRm(Context& ctx, const std::string& name);
+int cmdTemplateWarm(Context& ctx, const std::string& name);
+int cmdPauseResume(Context& ctx, const std::vector<std::string>& ids, bool pause);
 
 }  // namespace space::cli

@@ -60,6 +60,11 @@ int main(int argc, char** argv) {
   auto* c_rm = app.add_subcommand("rm", "delete sandboxes");
   c_rm->add_option("ID", rm_ids)->required();
 
+  auto* c_pause = app.add_subcommand("pause", "pause sandboxes (every process stops; memory is kept)");
+  c_pause->add_option("ID", rm_ids)->required();
+  auto* c_resume = app.add_subcommand("resume", "resume paused sandboxes");
+  c_resume->add_option("ID", rm_ids)->required();
+
   ExecOptions exec;
   auto* c_exec = app.add_subcommand("exec", "run a command in a sandbox: space exec ID -- CMD [ARGS...]");
   c_exec->add_option("ID", id)->required();
@@ -128,6 +133,8 @@ int main(int argc, char** argv) {
   auto* c_tpl_ls = c_tpl->add_subcommand("ls", "list templates");
   auto* c_tpl_rm = c_tpl->add_subcommand("rm", "remove a template");
   c_tpl_rm->add_option("NAME", name)->required();
+  auto* c_tpl_warm = c_tpl->add_subcommand("warm", "make the template's VM memory snapshot now (else on first vm create)");
+  c_tpl_warm->add_option("NAME", name)->required();
 
   try {
     app.parse(argc, argv);
@@ -160,5 +167,8 @@ int main(int argc, char** argv) {
   if (c_tpl_build->parsed()) return cmdTemplateBuild(ctx, tb);
   if (c_tpl_ls->parsed()) return cmdTemplateLs(ctx);
   if (c_tpl_rm->parsed()) return cmdTemplateRm(ctx, name);
+  if (c_tpl_warm->parsed()) return cmdTemplateWarm(ctx, name);
+  if (c_pause->parsed()) return cmdPauseResume(ctx, rm_ids, true);
+  if (c_resume->parsed()) return cmdPauseResume(ctx, rm_ids, false);
   return 2;
 }

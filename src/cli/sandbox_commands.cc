@@ -171,4 +171,31 @@ int cmdTemplateRm(Context& ctx, const std::string& name) {
   return 0;
 }
 
+int cmdTemplateWarm(Context& ctx, const std::string& name) {
+  auto j = callJson(ctx, "POST", "/v1/templates/" + http::percentEncode(name) + "/warm", nlohmann::json::object());
+  if (!j) return fail(&ctx, j.error());
+  if (ctx.json) {
+    fmt::print("{}\n", j->dump());
+  } else {
+    fmt::print("{}: vm snapshot of {} MiB, {} vCPU, in {} ({} ms)\n", name, j->value("memory_mib", 0),
+               j->value("vcpus", 0), j->value("dir", ""), j->value("elapsed_ms", 0));
+  }
+  return 0;
+}
+
+// pause and resume: each id on a line when done.
+int cmdPauseResume(Context& ctx, const std::vector<std::string>& ids, bool pause) {
+  int rc = 0;
+  for (const auto& id : ids) {
+    auto j = callJson(ctx, "POST", "/v1/sandboxes/" + http::percentEncode(id) + (pause ? "/pause" : "/resume"),
+                      nlohmann::json::object());
+    if (!j) {
+      rc = fail(&ctx, j.error().context(id));
+      continue;
+    }
+    if (!ctx.json) fmt::print("{}\n", id);
+  }
+  return rc;
+}
+
 }  // namespace space::cli

@@ -97,6 +97,15 @@ Result<DaemonConfig> DaemonConfig::fromJson(const json& j, DaemonConfig base) {
       TRY(readInt(v, key, c.disk_volume_bytes, int64_t{1} << 30, int64_t{1} << 50));
     } else if (key == "max_sandboxes") {
       TRY(readInt(v, key, c.max_sandboxes, 0, 1000000));
+    } else if (key == "vm_kernel") {
+      TRY(readString(v, key, c.vm_kernel));
+    } else if (key == "vm_initrd") {
+      TRY(readString(v, key, c.vm_initrd));
+    } else if (key == "vm_allow_tcg") {
+      if (!v.is_boolean()) return makeError(ErrorKind::kInvalidArgument, "config: '{}' must be true or false", key);
+      c.vm_allow_tcg = v.get<bool>();
+    } else if (key == "vm_pool_size") {
+      TRY(readInt(v, key, c.vm_pool_size, 0, 1000));
     } else if (key == "log_level") {
       TRY(readString(v, key, c.log_level));
       static const char* kLevels[] = {"trace", "debug", "info", "warn", "error", "critical", "off"};
@@ -134,7 +143,11 @@ nlohmann::json DaemonConfig::toJson() const {
           {"max_ttl_s", max_ttl_s},
           {"disk_volume_bytes", disk_volume_bytes},
           {"max_sandboxes", max_sandboxes},
-          {"log_level", log_level}};
+          {"log_level", log_level},
+          {"vm_kernel", vm_kernel},
+          {"vm_initrd", vm_initrd},
+          {"vm_allow_tcg", vm_allow_tcg},
+          {"vm_pool_size", vm_pool_size}};
 }
 
 }  // namespace space::core

@@ -27,6 +27,12 @@ struct DaemonConfig {
   int max_sandboxes = 1000;
   std::string cgroup_parent = "space";     // sandboxes' cgroups live in <hierarchy>/<cgroup_parent>/<id>
   std::string log_level = "info";
+  // The vm tier. Enabled when the guest artifacts exist (scripts/vm/build-guest) and QEMU runs; `auto`
+  // isolation picks it only where /dev/kvm is usable.
+  std::string vm_kernel = "/var/cache/space/vm/vmlinuz";
+  std::string vm_initrd = "/var/cache/space/vm/initramfs.cpio";
+  bool vm_allow_tcg = true;                // false: KVM or no vm tier (no software emulation)
+  int vm_pool_size = 2;                    // VMMs per pooled template waiting to restore
 
   static Result<DaemonConfig> fromJson(const nlohmann::json& j, DaemonConfig base);
   nlohmann::json toJson() const;

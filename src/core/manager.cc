@@ -2,8 +2,11 @@
 
 #include <unistd.h>
 
+#include <random>
+
 #include <spdlog/spdlog.h>
 
+#include "common/hex.h"
 #include "common/ids.h"
 
 namespace space::core {
@@ -14,8 +17,14 @@ constexpr uint64_t kMiB = 1ull << 20;
 }  // namespace
 
 Manager::Manager(DaemonConfig config, std::unique_ptr<store::Store> store, std::unique_ptr<runtime::Runtime> jail,
+                 std::unique_ptr<vm::VmRuntime> vm, std::string vm_unavailable,
                  std::unique_ptr<store::TemplateBuilder> templates)
-    : config_(std::move(config)), store_(std::move(store)), jail_(std::move(jail)), templates_(std::move(templates)) {}
+    : config_(std::move(config)),
+      store_(std::move(store)),
+      jail_(std::move(jail)),
+      vm_(std::move(vm)),
+      vm_unavailable_(std::move(vm_unavailable)),
+      templates_(std::move(templates)) {}
 
 Manager::~Manager() {
   stopping_ = true;
@@ -25,7 +34,35 @@ Manager::~Manager() {
   // Live sandboxes keep running: the next spaced reattaches to them.
 }
 
-runtime::Runtime& Manager::runtimeFor(const std::string& name) { return *jail_; }
+runtime::Runtime& Manager::runtimeFor(const std::string& name) {
+  if (name == "vm" && vm_) return *vm_;
+  return *jail_;
+}
+
+Result<std::string> Manager::resolveIsolation(const std::string& requested) const {
+  if (requested != "auto" && requested != "jail" && requested != "vm")
+    return makeError(ErrorKind::kInvalidArgument, "isolation must be jail, vm or auto, not '{}'", requested);
+  if (requested == "jail") return std::string("jail");
+  if (requested == "vm") {
+    if (!vm_) return makeError(ErrorKind::kUnsupported, "the vm tier is not available on this node: {}", vm_unavailable_);
+    return std::string("vm");
+  }
+  // auto: a VM only where it is fast (KVM); emulation is there to be asked for.
+  return std::string(vm_ && vm_->accel() == vm::Accel::kKvm ? "vm" : "jail");
+}
+
+nlohmann::json Manager::isolationInfo() {
+  nlohmann::json vm = {{"available", vm_ != nullptr}};
+  if (vm_) {
+    vm["accel"] = vm_->accel() == vm::Accel::kKvm ? "kvm" : "tcg";
+    vm["capabilities"] = vm_->capabilities().toJson();
+  } else {
+    vm["reason"] = vm_unavailable_;
+  }
+  return {{"jail", {{"available", true}, {"capabilities", jail_->capabilities().toJson()}}},
+          {"vm", vm},
+          {"auto", resolveIsolation("auto").value_or("jail")}};
+}
 
 Result<runtime::Limits> Manager::resolveLimits(const CreateSandbox& cmd) const {
   runtime::Limits limits = config_.default_limits;
@@ -59,14 +96,29 @@ Result<runtime::Limits> Manager::resolveLimits(const CreateSandbox& cmd) const {
   return limits;
 }
 
+runtime::SandboxSpec Manager::specFor(const store::SandboxRecord& rec, const store::TemplateRecord& tpl,
+                                      const runtime::Limits& limits) const {
+  runtime::SandboxSpec spec;
+  spec.id = rec.id;
+  spec.template_rootfs = tpl.rootfs;
+  spec.template_id = tpl.id;
+  spec.dir = config_.state_dir + "/sandboxes/" + rec.id;
+  spec.hostname = rec.id;
+  spec.uid_base = kUidBase + static_cast<uint32_t>(rec.uid_slot) * kUidRange;
+  spec.uid_count = kUidRange;
+  spec.limits = limits;
+  return spec;
+}
+
 Result<Manager::Started> Manager::startSandbox(const store::TemplateRecord& tpl, const runtime::Limits& limits,
-                                               const std::map<std::string, std::string>& env, bool pooled) {
+                                               const std::map<std::string, std::string>& env, bool pooled,
+                                               const std::string& isolation) {
   store::SandboxRecord rec;
   rec.id = newSandboxId();
   rec.template_name = tpl.name;
   rec.template_id = tpl.id;
   rec.state = "starting";
-  rec.runtime = "jail";
+  rec.runtime = isolation;
   rec.pooled = pooled;
   rec.created_ms = nowUnixMs();
   rec.spec = {{"limits",
@@ -87,39 +139,56 @@ Result<Manager::Started> Manager::startSandbox(const store::TemplateRecord& tpl,
     TRY(store_->insertSandbox(rec));
   }
 
-  runtime::SandboxSpec spec;
-  spec.id = rec.id;
-  spec.template_rootfs = tpl.rootfs;
-  spec.dir = dir;
-  spec.hostname = rec.id;
-  spec.uid_base = kUidBase + static_cast<uint32_t>(rec.uid_slot) * kUidRange;
-  spec.uid_count = kUidRange;
-  spec.limits = limits;
+  runtime::SandboxSpec spec = specFor(rec, tpl, limits);
   spec.env = env;
-
-  auto inst = jail_->start(spec);
+  runtime::Runtime& rt = runtimeFor(isolation);
+  auto inst = rt.prepare(spec);
   if (!inst) {
     Error err = inst.error();
-    (void)jail_->destroy(runtime::PersistedInstance{rec.id, rec.runtime, rec.persisted});
+    (void)rt.destroy(runtime::PersistedInstance{rec.id, rec.runtime, rec.persisted});
     (void)store_->deleteSandbox(rec.id);
     return tl::unexpected(err.context("start sandbox " + rec.id));
   }
   rec.persisted = inst->persisted.state;
   rec.state = "running";
   if (auto st = store_->updateSandbox(rec); !st) {
-    (void)jail_->destroy(inst->persisted);
+    (void)rt.destroy(inst->persisted);
     (void)store_->deleteSandbox(rec.id);
     return tl::unexpected(st.error());
   }
   return Started{std::move(rec), std::move(*inst)};
 }
 
+Status Manager::handOver(Started& started, const std::map<std::string, std::string>& env) {
+  runtime::Runtime& rt = runtimeFor(started.record.runtime);
+  TRY(rt.activate(started.instance));
+  if (started.record.runtime == "vm") {
+    // A VM restored from a template is a copy of the warm-up VM: it gets its own hostname, RNG state,
+    // clock and machine id before anyone may run code in it (SECURITY.md V4).
+    std::random_device rd;
+    unsigned char seed[32], machine[16];
+    for (auto& c : seed) c = static_cast<unsigned char>(rd());
+    for (auto& c : machine) c = static_cast<unsigned char>(rd());
+    agent::Identity identity;
+    identity.hostname = started.record.id;
+    identity.env = env;
+    identity.rng_seed_hex = toHex(seed, sizeof seed);
+    identity.machine_id = toHex(machine, sizeof machine);
+    identity.clock_unix_ms = nowUnixMs();
+    TRY(started.instance.agent->setIdentity(identity));
+    // Activation changed what the runtime persists (the VM is restored now).
+    started.record.persisted = started.instance.persisted.state;
+  } else if (!env.empty()) {
+    agent::Identity identity;
+    identity.env = env;
+    TRY(started.instance.agent->setIdentity(identity));
+  }
+  return ok();
+}
+
 Result<SandboxView> Manager::create(const CreateSandbox& cmd) {
   std::string template_name = cmd.template_name.empty() ? config_.default_template : cmd.template_name;
-  if (cmd.isolation != "auto" && cmd.isolation != "jail" && cmd.isolation != "vm")
-    return makeError(ErrorKind::kInvalidArgument, "isolation must be jail, vm or auto, not '{}'", cmd.isolation);
-  if (cmd.isolation == "vm")
-    return makeError(ErrorKind::kUnsupported, "the vm isolation tier is not available on this node yet; use --isolation jail");
+  ASSIGN_OR_RETURN(std::string isolation, resolveIsolation(cmd.isolation));
   if (cmd.ttl_s < 0 || cmd.ttl_s > config_.max_ttl_s)
     return makeError(ErrorKind::kInvalidArgument, "ttl must be between 0 and {} seconds", config_.max_ttl_s);
   ASSIGN_OR_RETURN(runtime::Limits limits, resolveLimits(cmd));
@@ -138,25 +207,22 @@ Result<SandboxView> Manager::create(const CreateSandbox& cmd) {
   }
 
   std::optional<Started> started;
-  if (poolServes(cmd, template_name)) started = takePooled(template_name);
+  if (poolServes(cmd, template_name)) started = takePooled(poolKey(isolation, template_name));
   if (started) {
     counters_.creates_pool++;
-    if (!cmd.env.empty()) {
-      agent::Identity identity;
-      identity.env = cmd.env;
-      if (auto st = started->instance.agent->setIdentity(identity); !st) {
-        (void)destroyRecord(started->record);
-        return tl::unexpected(st.error());
-      }
-    }
   } else {
-    auto fresh = startSandbox(*tpl, limits, cmd.env, /*pooled=*/false);
+    auto fresh = startSandbox(*tpl, limits, cmd.env, /*pooled=*/false, isolation);
     if (!fresh) {
       counters_.create_failures++;
       return tl::unexpected(fresh.error());
     }
     counters_.creates_fresh++;
     started = std::move(*fresh);
+  }
+  if (auto st = handOver(*started, cmd.env); !st) {
+    counters_.create_failures++;
+    (void)destroyRecord(started->record);
+    return tl::unexpected(st.error().context("start sandbox " + started->record.id));
   }
 
   store::SandboxRecord& rec = started->record;
@@ -220,12 +286,47 @@ Status Manager::destroy(const std::string& id) {
 
 Status Manager::pause(const std::string& id) {
   ASSIGN_OR_RETURN(store::SandboxRecord rec, store_->getSandbox(id));
-  return makeError(ErrorKind::kUnsupported, "pause is not supported by the {} runtime yet", rec.runtime);
+  if (rec.pooled) return makeError(ErrorKind::kNotFound, "sandbox {} not found", id);
+  if (rec.state == "paused") return ok();
+  if (rec.state != "running") return makeError(ErrorKind::kConflict, "sandbox {} is {}, not running", id, rec.state);
+  runtime::Runtime& rt = runtimeFor(rec.runtime);
+  if (!rt.capabilities().pause)
+    return makeError(ErrorKind::kUnsupported, "pause is not supported by the {} runtime yet", rec.runtime);
+  runtime::Instance inst;
+  {
+    std::lock_guard lock(mu_);
+    auto it = live_.find(id);
+    if (it != live_.end()) inst = it->second;
+  }
+  inst.id = id;
+  inst.persisted = runtime::PersistedInstance{rec.id, rec.runtime, rec.persisted};
+  TRY(rt.pause(inst));
+  rec.state = "paused";
+  if (auto st = store_->updateSandbox(rec); !st) {
+    (void)rt.resume(inst);
+    return st;
+  }
+  return ok();
 }
 
 Status Manager::resume(const std::string& id) {
   ASSIGN_OR_RETURN(store::SandboxRecord rec, store_->getSandbox(id));
-  return makeError(ErrorKind::kUnsupported, "resume is not supported by the {} runtime yet", rec.runtime);
+  if (rec.pooled) return makeError(ErrorKind::kNotFound, "sandbox {} not found", id);
+  if (rec.state == "running") return ok();
+  if (rec.state != "paused") return makeError(ErrorKind::kConflict, "sandbox {} is {}, not paused", id, rec.state);
+  runtime::Runtime& rt = runtimeFor(rec.runtime);
+  runtime::Instance inst;
+  {
+    std::lock_guard lock(mu_);
+    auto it = live_.find(id);
+    if (it != live_.end()) inst = it->second;
+  }
+  inst.id = id;
+  inst.persisted = runtime::PersistedInstance{rec.id, rec.runtime, rec.persisted};
+  TRY(rt.resume(inst));
+  rec.state = "running";
+  TRY(store_->updateSandbox(rec));
+  return ok();
 }
 
 Result<std::shared_ptr<agent::AgentClient>> Manager::agent(const std::string& id) {
@@ -259,13 +360,30 @@ Result<store::TemplateRecord> Manager::buildTemplate(const BuildTemplate& cmd, c
 
 Result<std::vector<store::TemplateRecord>> Manager::listTemplates() { return store_->listTemplates(); }
 
+Result<nlohmann::json> Manager::warmTemplate(const std::string& name) {
+  if (!vm_) return makeError(ErrorKind::kUnsupported, "the vm tier is not available on this node: {}", vm_unavailable_);
+  ASSIGN_OR_RETURN(store::TemplateRecord tpl, store_->getTemplate(name));
+  store::SandboxRecord rec;
+  rec.id = "warm";
+  runtime::SandboxSpec spec = specFor(rec, tpl, config_.default_limits);
+  auto t0 = std::chrono::steady_clock::now();
+  ASSIGN_OR_RETURN(vm::VmTemplate vt, vm_->ensureTemplate(spec));
+  auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - t0).count();
+  return nlohmann::json{{"template", name},     {"dir", vt.dir},          {"memory_mib", vt.memory_mib},
+                        {"vcpus", vt.vcpus},    {"base_image", vt.base_image}, {"elapsed_ms", ms}};
+}
+
 Status Manager::removeTemplate(const std::string& name) {
   // Pooled sandboxes of the template go first: they are not users of it yet.
   std::deque<Started> drained;
   {
     std::lock_guard lock(mu_);
-    auto it = pool_.find(name);
-    if (it != pool_.end()) drained.swap(it->second);
+    for (const auto& key : {poolKey("jail", name), poolKey("vm", name)}) {
+      auto it = pool_.find(key);
+      if (it == pool_.end()) continue;
+      for (auto& s : it->second) drained.push_back(std::move(s));
+      it->second.clear();
+    }
   }
   for (auto& s : drained) (void)destroyRecord(s.record);
   return templates_->remove(name);

@@ -73,6 +73,11 @@ class SandboxManager {
   virtual Result<store::TemplateRecord> buildTemplate(const BuildTemplate& cmd, const ProgressFn& progress) = 0;
   virtual Result<std::vector<store::TemplateRecord>> listTemplates() = 0;
   virtual Status removeTemplate(const std::string& name) = 0;
+  // Makes the template's VM artifacts for the default machine shape now (ext4 image, memory snapshot)
+  // instead of on the first vm create. Returns facts about them (paths, timings).
+  virtual Result<nlohmann::json> warmTemplate(const std::string& name) = 0;
+  // What each isolation tier can do on this node ({"jail": {...}, "vm": {...}, "auto": "jail"|"vm"}).
+  virtual nlohmann::json isolationInfo() = 0;
 
   virtual store::Store& store() = 0;
   // Prometheus text lines for the manager's own gauges and counters.

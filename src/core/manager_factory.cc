@@ -2,6 +2,8 @@
 
 #include <sys/stat.h>
 
+#include <spdlog/spdlog.h>
+
 #include "core/manager_impl.h"
 #include "runtime/jail/jail_runtime.h"
 
@@ -25,9 +27,30 @@ Result<std::unique_ptr<SandboxManager>> makeSandboxManager(const DaemonConfig& c
   jail_config.cgroup_parent = config.cgroup_parent;
   ASSIGN_OR_RETURN(auto jail, jail::JailRuntime::create(jail_config));
 
+  // The vm tier: present when the guest artifacts and QEMU are; a node without them runs jails only and
+  // says why to every vm request.
+  std::unique_ptr<vm::VmRuntime> vm;
+  std::string vm_unavailable;
+  {
+    vm::VmConfig vm_config;
+    vm_config.state_dir = config.state_dir;
+    vm_config.kernel = config.vm_kernel;
+    vm_config.initrd = config.vm_initrd;
+    vm_config.allow_tcg = config.vm_allow_tcg;
+    vm_config.cgroup_parent = config.cgroup_parent;
+    auto made = vm::VmRuntime::create(vm_config);
+    if (made) {
+      vm = std::move(*made);
+    } else {
+      vm_unavailable = made.error().message;
+      spdlog::info("vm tier unavailable: {}", vm_unavailable);
+    }
+  }
+
   auto templates = std::make_unique<store::TemplateBuilder>(config.state_dir, *store);
   if (auto st = templates->removeInterruptedBuilds(); !st) return tl::unexpected(st.error());
-  auto manager = std::make_unique<Manager>(config, std::move(store), std::move(jail), std::move(templates));
+  auto manager = std::make_unique<Manager>(config, std::move(store), std::move(jail), std::move(vm),
+                                            std::move(vm_unavailable), std::move(templates));
   TRY(manager->startBackground());
   return std::unique_ptr<SandboxManager>(std::move(manager));
 }

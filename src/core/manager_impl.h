@@ -14,6 +14,7 @@
 #include "core/config.h"
 #include "core/manager.h"
 #include "runtime/runtime.h"
+#include "runtime/vm/vm_runtime.h"
 #include "store/store.h"
 #include "store/templates.h"
 
@@ -35,8 +36,9 @@ struct Counters {
 
 class Manager final : public SandboxManager {
  public:
+  // vm may be null: vm_unavailable then says why the node has no vm tier.
   Manager(DaemonConfig config, std::unique_ptr<store::Store> store, std::unique_ptr<runtime::Runtime> jail,
-          std::unique_ptr<store::TemplateBuilder> templates);
+          std::unique_ptr<vm::VmRuntime> vm, std::string vm_unavailable, std::unique_ptr<store::TemplateBuilder> templates);
   ~Manager() override;
 
   Status startBackground();  // reconcile, then start the pool filler and the reaper
@@ -51,6 +53,8 @@ class Manager final : public SandboxManager {
   Result<store::TemplateRecord> buildTemplate(const BuildTemplate& cmd, const ProgressFn& progress) override;
   Result<std::vector<store::TemplateRecord>> listTemplates() override;
   Status removeTemplate(const std::string& name) override;
+  Result<nlohmann::json> warmTemplate(const std::string& name) override;
+  nlohmann::json isolationInfo() override;
   store::Store& store() override { return *store_; }
   std::string metricsText() override;
 
@@ -62,17 +66,30 @@ class Manager final : public SandboxManager {
 
   // Lifecycle (manager.cc)
   Result<runtime::Limits> resolveLimits(const CreateSandbox& cmd) const;
+  // The tier a request gets: "jail" or "vm" (auto = vm where KVM is usable), or why it cannot have it.
+  Result<std::string> resolveIsolation(const std::string& requested) const;
+  // Starts (pooled: only prepares) a sandbox of the template on `isolation`.
   Result<Started> startSandbox(const store::TemplateRecord& tpl, const runtime::Limits& limits,
-                               const std::map<std::string, std::string>& env, bool pooled);
+                               const std::map<std::string, std::string>& env, bool pooled,
+                               const std::string& isolation);
+  // Completes a prepared sandbox and gives it its identity (hostname, RNG seed, clock, machine id, env).
+  Status handOver(Started& started, const std::map<std::string, std::string>& env);
   Status destroyRecord(store::SandboxRecord record);
   runtime::Runtime& runtimeFor(const std::string& name);
   SandboxView viewOf(const store::SandboxRecord& record, bool with_usage);
 
   // Pool (pool.cc)
   bool poolServes(const CreateSandbox& cmd, const std::string& template_name) const;
-  std::optional<Started> takePooled(const std::string& template_name);
+  std::optional<Started> takePooled(const std::string& key);
   void fillPoolLoop();
   std::vector<std::string> pooledTemplateNames() const;
+  std::vector<std::string> poolKeys() const;
+  // Pools are per template and tier: "<template>" for jails, "vm:<template>" for VMs.
+  static std::string poolKey(const std::string& isolation, const std::string& template_name) {
+    return isolation == "vm" ? "vm:" + template_name : template_name;
+  }
+  runtime::SandboxSpec specFor(const store::SandboxRecord& rec, const store::TemplateRecord& tpl,
+                               const runtime::Limits& limits) const;
 
   // Reconciliation and reaping (reconcile.cc)
   Status reconcile();
@@ -82,6 +99,8 @@ class Manager final : public SandboxManager {
   DaemonConfig config_;
   std::unique_ptr<store::Store> store_;
   std::unique_ptr<runtime::Runtime> jail_;
+  std::unique_ptr<vm::VmRuntime> vm_;
+  std::string vm_unavailable_;
   std::unique_ptr<store::TemplateBuilder> templates_;
 
   std::mutex mu_;                                  // guards live_, pool_, starting_slots_

@@ -16,7 +16,7 @@ constexpr int64_t kRefillQuietMs = 100;
 
 std::vector<std::string> Manager::pooledTemplateNames() const {
   std::vector<std::string> names;
-  if (config_.pool_size <= 0) return names;
+  if (config_.pool_size <= 0 && (!vm_ || config_.vm_pool_size <= 0)) return names;
   if (config_.pool_templates.empty()) {
     names.push_back(config_.default_template);
     return names;
@@ -28,6 +28,15 @@ std::vector<std::string> Manager::pooledTemplateNames() const {
   return names;
 }
 
+std::vector<std::string> Manager::poolKeys() const {
+  std::vector<std::string> keys;
+  for (const auto& name : pooledTemplateNames()) {
+    if (config_.pool_size > 0) keys.push_back(poolKey("jail", name));
+    if (vm_ && config_.vm_pool_size > 0) keys.push_back(poolKey("vm", name));
+  }
+  return keys;
+}
+
 bool Manager::poolServes(const CreateSandbox& cmd, const std::string& template_name) const {
   // Pooled sandboxes run with the default limits; a request for other limits starts fresh.
   if (cmd.cpu_millis || cmd.memory_bytes || cmd.pids || cmd.disk_bytes) return false;
@@ -36,20 +45,20 @@ bool Manager::poolServes(const CreateSandbox& cmd, const std::string& template_n
   return false;
 }
 
-std::optional<Manager::Started> Manager::takePooled(const std::string& template_name) {
+std::optional<Manager::Started> Manager::takePooled(const std::string& key) {
   last_take_ms_ = nowUnixMs();
   std::unique_lock lock(mu_);
-  auto it = pool_.find(template_name);
+  auto it = pool_.find(key);
   while (it != pool_.end() && !it->second.empty()) {
     Started s = std::move(it->second.front());
     it->second.pop_front();
     pool_cv_.notify_all();
-    if (s.instance.agent && s.instance.agent->alive()) return s;
+    if (runtimeFor(s.record.runtime).alive(s.instance)) return s;
     // Died while waiting: clean it outside the lock and try the next one.
     lock.unlock();
     (void)destroyRecord(s.record);
     lock.lock();
-    it = pool_.find(template_name);
+    it = pool_.find(key);
   }
   pool_cv_.notify_all();
   return std::nullopt;
@@ -58,28 +67,37 @@ std::optional<Manager::Started> Manager::takePooled(const std::string& template_
 void Manager::fillPoolLoop() {
   while (!stopping_) {
     bool started_one = false;
-    for (const std::string& name : pooledTemplateNames()) {
+    for (const std::string& key : poolKeys()) {
       if (stopping_) return;
+      bool vm = key.rfind("vm:", 0) == 0;
+      std::string name = vm ? key.substr(3) : key;
+      size_t want = static_cast<size_t>(vm ? config_.vm_pool_size : config_.pool_size);
       size_t have;
       {
         std::lock_guard lock(mu_);
-        have = pool_[name].size();
+        have = pool_[key].size();
       }
-      if (have >= static_cast<size_t>(config_.pool_size)) continue;
+      if (have >= want) continue;
       // Refill in a quiet moment: starting a sandbox (mkfs, clone, mounts) right after a create would
       // compete for the CPU with the first command of the sandbox just handed out.
       while (!stopping_ && have > 0 && nowUnixMs() - last_take_ms_ < kRefillQuietMs)
         std::this_thread::sleep_for(std::chrono::milliseconds(10));
       auto tpl = store_->getTemplate(name);
       if (!tpl) continue;  // not built yet; buildTemplate wakes us
-      auto started = startSandbox(*tpl, config_.default_limits, {}, /*pooled=*/true);
+      if (vm) {
+        // Warming a template boots a VM (seconds under emulation): the pool waits until a vm create or
+        // `space template warm` has made it, and never does it behind the operator's back.
+        store::SandboxRecord probe;
+        if (!vm_->hasTemplate(specFor(probe, *tpl, config_.default_limits))) continue;
+      }
+      auto started = startSandbox(*tpl, config_.default_limits, {}, /*pooled=*/true, vm ? "vm" : "jail");
       if (!started) {
-        spdlog::warn("pool: start sandbox for template {}: {}", name, started.error().message);
+        spdlog::warn("pool: start sandbox for {}: {}", key, started.error().message);
         continue;
       }
       std::lock_guard lock(mu_);
       live_[started->record.id] = started->instance;
-      pool_[name].push_back(std::move(*started));
+      pool_[key].push_back(std::move(*started));
       started_one = true;
     }
     if (started_one) continue;

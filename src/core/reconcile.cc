@@ -23,7 +23,7 @@ Status Manager::reconcile() {
         spdlog::info("reconcile: reattached sandbox {}", rec.id);
         std::lock_guard lock(mu_);
         live_[rec.id] = *inst;
-        if (rec.pooled) pool_[rec.template_name].push_back(Started{rec, *inst});
+        if (rec.pooled) pool_[poolKey(rec.runtime, rec.template_name)].push_back(Started{rec, *inst});
         continue;
       }
       spdlog::warn("reconcile: sandbox {} is gone: {}", rec.id, inst.error().message);

@@ -1,4 +1,4 @@
-// GET /healthz, GET /metrics
+// GET /healthz, GET /metrics, GET /v1/node
 #include "api/errors.h"
 #include "api/metrics.h"
 #include "api/routes/routes.h"
@@ -8,6 +8,10 @@ namespace space::api {
 void registerSystemRoutes(Router& r) {
   r.add("GET", "/healthz", [](RouteContext& ctx) -> Status {
     return sendJson(ctx.resp, 200, {{"status", "ok"}});
+  });
+  // What this node offers: the isolation tiers, their accelerator and capabilities.
+  r.add("GET", "/v1/node", [](RouteContext& ctx) -> Status {
+    return sendJson(ctx.resp, 200, {{"isolation", ctx.manager.isolationInfo()}});
   });
   r.add("GET", "/metrics", [](RouteContext& ctx) -> Status {
     std::string text = ctx.metrics.text() + ctx.manager.metricsText();

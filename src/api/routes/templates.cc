@@ -104,6 +104,11 @@ void registerTemplateRoutes(Router& r) {
     TRY(ctx.resp.write(ndjsonLine(last)));
     return ctx.resp.end();
   });
+  // Makes the template's VM memory snapshot now (boots one VM: seconds under emulation).
+  r.add("POST", "/v1/templates/{name}/warm", [](RouteContext& ctx) -> Status {
+    ASSIGN_OR_RETURN(nlohmann::json facts, ctx.manager.warmTemplate(ctx.param("name")));
+    return sendJson(ctx.resp, 200, facts);
+  });
   r.add("DELETE", "/v1/templates/{name}", [](RouteContext& ctx) -> Status {
     TRY(ctx.manager.removeTemplate(ctx.param("name")));
     return ctx.resp.send(204, "application/json", "");

@@ -87,6 +87,17 @@ std::string guestKey(const std::string& kernel, const std::string& initrd, const
   return fmt::format("{:016x}", std::hash<std::string>{}(id));
 }
 
+// The directory name of a template's VM artifacts: its content hash, shortened (paths of unix sockets
+// are limited to 108 bytes).
+std::string templateKey(const runtime::SandboxSpec& spec) {
+  if (spec.template_id.empty())
+    return spec.template_rootfs.empty() ? std::string("bare")
+                                        : fmt::format("tree-{:016x}", std::hash<std::string>{}(spec.template_rootfs));
+  std::string id = spec.template_id;
+  if (size_t colon = id.find(':'); colon != std::string::npos) id = id.substr(colon + 1);
+  return id.substr(0, 24);
+}
+
 }  // namespace
 
 uint64_t hostTscKhz() {
@@ -199,7 +210,8 @@ QemuSpec VmRuntime::qemuSpecFor(const runtime::SandboxSpec& spec, const std::str
 }
 
 Result<QemuProcess> VmRuntime::spawn(const QemuSpec& qemu, const std::string& cgroup_id, uid_t uid,
-                                     const std::vector<std::string>& read_only, int memory_fd, uint64_t memory_mib) {
+                                     const std::vector<std::string>& read_only, int memory_fd, uint64_t memory_mib,
+                                     const std::vector<std::string>& writable) {
   if (!config_.confine) return launchQemu(qemu);
   runtime::Limits limits;
   limits.memory_bytes = (memory_mib + config_.vmm_overhead_mib) * kMiB;
@@ -215,6 +227,7 @@ Result<QemuProcess> VmRuntime::spawn(const QemuSpec& qemu, const std::string& cg
   jail.read_only.push_back(qemu.kernel);
   jail.read_only.push_back(qemu.initrd);
   jail.writable = {qemu.dir};
+  jail.writable.insert(jail.writable.end(), writable.begin(), writable.end());
   jail.devices = {"/dev/null", "/dev/urandom"};
   if (accel_ == Accel::kKvm) jail.devices.push_back("/dev/kvm");
   jail.memory_fd = memory_fd;
@@ -286,9 +299,7 @@ Result<runtime::Instance> VmRuntime::bootCold(const runtime::SandboxSpec& spec) 
 }
 
 Result<std::string> VmRuntime::ensureBaseImage(const runtime::SandboxSpec& spec, uint64_t disk_bytes) {
-  std::string key = spec.template_id.empty() ? "tree-" + fmt::format("{:016x}", std::hash<std::string>{}(spec.template_rootfs))
-                                             : spec.template_id;
-  std::string dir = config_.state_dir + "/vm/templates/" + key;
+  std::string dir = config_.state_dir + "/vm/templates/" + templateKey(spec);
   std::string path = fmt::format("{}/base-d{}.ext4", dir, disk_bytes / kMiB);
   if (access(path.c_str(), R_OK) == 0) return path;
   std::error_code ec;
@@ -301,15 +312,18 @@ Result<std::string> VmRuntime::ensureBaseImage(const runtime::SandboxSpec& spec,
   return path;
 }
 
-Result<VmTemplate> VmRuntime::ensureTemplate(const runtime::SandboxSpec& spec) {
+std::string VmRuntime::templateDir(const runtime::SandboxSpec& spec) const {
   QemuSpec shape = qemuSpecFor(spec, "");
-  std::string tpl_key = spec.template_id.empty()
-                            ? (spec.template_rootfs.empty() ? std::string("bare")
-                                                            : fmt::format("tree-{:016x}", std::hash<std::string>{}(spec.template_rootfs)))
-                            : spec.template_id;
-  std::string dir = fmt::format("{}/vm/templates/{}/c{}-m{}-d{}-{}", config_.state_dir, tpl_key, shape.vcpus,
-                                shape.memory_mib, spec.limits.disk_bytes / kMiB,
-                                guestKey(shape.kernel, shape.initrd, shape.extra_cmdline, accel_));
+  return fmt::format("{}/vm/templates/{}/c{}-m{}-d{}-{}", config_.state_dir, templateKey(spec), shape.vcpus, shape.memory_mib,
+                     spec.limits.disk_bytes / kMiB, guestKey(shape.kernel, shape.initrd, shape.extra_cmdline, accel_));
+}
+
+bool VmRuntime::hasTemplate(const runtime::SandboxSpec& spec) const {
+  return access((templateDir(spec) + "/template.json").c_str(), R_OK) == 0;
+}
+
+Result<VmTemplate> VmRuntime::ensureTemplate(const runtime::SandboxSpec& spec) {
+  std::string dir = templateDir(spec);
   auto load = [&]() -> Result<VmTemplate> {
     std::ifstream in(dir + "/template.json");
     if (!in) return makeError(ErrorKind::kNotFound, "no VM template in {}", dir);
@@ -348,15 +362,24 @@ Status VmRuntime::buildTemplate(const runtime::SandboxSpec& spec, const std::str
   fs::remove_all(tmp, ec);
   fs::create_directories(tmp, ec);
   if (ec) return makeError(ErrorKind::kInternal, "create {}: {}", tmp, ec.message());
-  auto cleanup = [&] { fs::remove_all(tmp, ec); };
+  std::string run;
+  auto cleanup = [&] {
+    fs::remove_all(tmp, ec);
+    if (!run.empty()) fs::remove_all(run, ec);
+  };
 
   runtime::SandboxSpec warm = spec;
   warm.id = "warm-" + fmt::format("{:08x}", static_cast<uint32_t>(std::hash<std::string>{}(dir)));
-  // The warm-up VMM's directory is the template's: its RAM becomes tmp/memory, its disk writes tmp/disk.qcow2.
-  QemuSpec qemu = qemuSpecFor(spec, tmp);
+  // The warm-up VMM's sockets and logs live in a short directory of its own; it writes the template's
+  // directory too: its RAM becomes tmp/memory, its disk writes tmp/disk.qcow2.
+  run = config_.state_dir + "/vm/run/" + warm.id;
+  fs::remove_all(run, ec);
+  fs::create_directories(run, ec);
+  if (ec) return makeError(ErrorKind::kInternal, "create {}: {}", run, ec.message());
+  QemuSpec qemu = qemuSpecFor(spec, run);
   qemu.memory_file = tmp + "/memory";
   qemu.memory_file_shared = true;
-  qemu.console_file = tmp + "/console.log";
+  qemu.console_file = run + "/console.log";
   std::vector<std::string> read_only;
   std::string base;
   if (!spec.template_rootfs.empty()) {
@@ -374,12 +397,12 @@ Status VmRuntime::buildTemplate(const runtime::SandboxSpec& spec, const std::str
     read_only.push_back(base);
   }
   uid_t uid = config_.warm_uid;
-  for (const auto& p : {tmp, tmp + "/disk.qcow2"})
+  for (const auto& p : {tmp, run, tmp + "/disk.qcow2"})
     if (access(p.c_str(), F_OK) == 0 && chown(p.c_str(), uid, uid) < 0) {
       cleanup();
       return sysError(errno, "chown {}", p);
     }
-  auto proc = spawn(qemu, warm.id, uid, read_only, -1, qemu.memory_mib);
+  auto proc = spawn(qemu, warm.id, uid, read_only, -1, qemu.memory_mib, {tmp});
   if (!proc) {
     cleanup();
     return tl::unexpected(proc.error().context("warm vm template"));
@@ -404,8 +427,7 @@ Status VmRuntime::buildTemplate(const runtime::SandboxSpec& spec, const std::str
     cleanup();
     return tl::unexpected(e.context("warm vm template"));
   }
-  VmPaths run = VmPaths::in(tmp);
-  for (const auto& f : {run.qmp, run.agent, run.log, qemu.console_file}) unlink(f.c_str());
+  fs::remove_all(run, ec);
   // Read-only from here on, owned by root: no VMM may change a template (SECURITY.md V3).
   for (const auto& f : {tmp + "/memory", tmp + "/state", tmp + "/disk.qcow2"}) {
     if (access(f.c_str(), F_OK) != 0) continue;

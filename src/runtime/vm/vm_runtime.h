@@ -67,6 +67,8 @@ class VmRuntime : public runtime::Runtime {
   // spec.template_rootfs, then one VM booted from it whose RAM and device state are saved. Concurrent
   // callers for one key wait for one build. Without a template_rootfs the guest runs from its initramfs.
   Result<VmTemplate> ensureTemplate(const runtime::SandboxSpec& spec);
+  // Whether ensureTemplate(spec) would find the artifacts made already.
+  bool hasTemplate(const runtime::SandboxSpec& spec) const;
 
   // Boots spec's guest from the kernel, without a memory snapshot (cold boot), with the template's disk.
   Result<runtime::Instance> bootCold(const runtime::SandboxSpec& spec);
@@ -92,6 +94,7 @@ class VmRuntime : public runtime::Runtime {
   VmRuntime(VmConfig config, Accel accel, std::unique_ptr<jail::CgroupBackend> cgroups)
       : config_(std::move(config)), accel_(accel), cgroups_(std::move(cgroups)) {}
   std::string vmDir(const runtime::SandboxSpec& spec) const;
+  std::string templateDir(const runtime::SandboxSpec& spec) const;
   Status buildTemplate(const runtime::SandboxSpec& spec, const std::string& dir);
   Result<std::string> ensureBaseImage(const runtime::SandboxSpec& spec, uint64_t disk_bytes);
   // The template's RAM as a sealed memfd (copied once per daemon): a confined VMM maps it privately
@@ -99,7 +102,8 @@ class VmRuntime : public runtime::Runtime {
   Result<int> memoryFd(const VmTemplate& tpl);
   // Spawns QEMU (confined unless disabled) in its cgroup; `cgroup_id` names the group.
   Result<QemuProcess> spawn(const QemuSpec& qemu, const std::string& cgroup_id, uid_t uid,
-                            const std::vector<std::string>& read_only, int memory_fd, uint64_t memory_mib);
+                            const std::vector<std::string>& read_only, int memory_fd, uint64_t memory_mib,
+                            const std::vector<std::string>& writable = {});
   // The QMP connection of a live VM, connecting (after a restart) from the persisted state on demand.
   Result<QmpClient*> qmpFor(const runtime::PersistedInstance& inst);
   Result<std::shared_ptr<agent::AgentClient>> connectAgent(const std::string& dir,
