@@ -141,6 +141,7 @@ Result<Manager::Started> Manager::startSandbox(const store::TemplateRecord& tpl,
 
   runtime::SandboxSpec spec = specFor(rec, tpl, limits);
   spec.env = env;
+  spec.pooled = pooled;
   runtime::Runtime& rt = runtimeFor(isolation);
   auto inst = rt.prepare(spec);
   if (!inst) {

@@ -34,6 +34,7 @@ struct SandboxSpec {
   uint32_t uid_count = 65536;
   Limits limits;
   std::map<std::string, std::string> env;  // base environment of every process in the sandbox
+  bool pooled = false;                 // prepared ahead of a request: a runtime may do more of the work now
 };
 
 struct Capabilities {

@@ -40,6 +40,10 @@ struct VmConfig {
   uint32_t vmm_pids = 128;           // QEMU's threads (vCPUs, I/O workers)
   uint32_t tcg_tb_cache_mib = 128;   // TCG translation-block cache (QEMU's default is 1 GiB)
   uid_t warm_uid = 0x0FFFFFF0;       // the host uid of template warm-up VMMs
+  // What a pooled VM is: true = restored, its guest code paths exercised once, then stopped (a create is
+  // `cont` plus the identity); false = a VMM waiting at -incoming defer (a create is the whole restore).
+  // Under TCG the first run of every guest path costs a translation, so the difference is large there.
+  bool pool_restored = true;
 };
 
 // A template's VM artifacts for one machine shape, made once (VmRuntime::ensureTemplate) and never
@@ -52,6 +56,7 @@ struct VmTemplate {
   std::string memory, state;
   uint32_t vcpus = 1;
   uint64_t memory_mib = 256;
+  std::string stamp;       // random, per build: VMMs prepared from an older build are refused
 };
 
 class VmRuntime : public runtime::Runtime {
@@ -110,6 +115,9 @@ class VmRuntime : public runtime::Runtime {
                                                            std::chrono::steady_clock::time_point deadline);
   runtime::Instance instanceOf(const std::string& id, pid_t pid, const std::string& dir, nlohmann::json extra);
   void killAndClean(pid_t pid, const std::string& cgroup_id);
+  // Runs a few commands every sandbox starts with (a shell, exec of a program): their pages land in the
+  // guest's page cache (template warm-up) or their code paths in TCG's translation cache (a pooled VM).
+  void exerciseGuest(agent::AgentClient& agent);
 
   VmConfig config_;
   Accel accel_;
