@@ -76,6 +76,8 @@ int main(int argc, char** argv) {
   app.add_option("--vm-initrd", flags.vm_initrd, "guest initramfs of the vm tier (scripts/vm/build-guest)");
   app.add_flag("--vm-allow-tcg,!--vm-no-tcg", flags.vm_allow_tcg,
                "without /dev/kvm, run VMs under software emulation (--vm-no-tcg: KVM or no vm tier)");
+  app.add_option("--vm-default-memory-mib", flags.vm_default_memory_mib, "guest RAM of a VM when create gives none")
+      ->check(CLI::Range(64, 1 << 30));
   app.add_option("--vm-pool-size", flags.vm_pool_size, "VMMs waiting to restore per pooled template")->check(CLI::Range(0, 1000));
   app.add_option("--log-level", flags.log_level, "trace, debug, info, warn, error")
       ->check(CLI::IsMember({"trace", "debug", "info", "warn", "error", "critical", "off"}));
@@ -115,6 +117,7 @@ int main(int argc, char** argv) {
   if (given("--vm-initrd")) config.vm_initrd = flags.vm_initrd;
   if (given("--vm-allow-tcg") || given("--vm-no-tcg")) config.vm_allow_tcg = flags.vm_allow_tcg;
   if (given("--vm-pool-size")) config.vm_pool_size = flags.vm_pool_size;
+  if (given("--vm-default-memory-mib")) config.vm_default_memory_mib = flags.vm_default_memory_mib;
   fillDefaults(config);
 
   api::setupJsonLogging(spdlog::level::from_str(config.log_level));

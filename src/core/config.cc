@@ -104,6 +104,8 @@ Result<DaemonConfig> DaemonConfig::fromJson(const json& j, DaemonConfig base) {
     } else if (key == "vm_allow_tcg") {
       if (!v.is_boolean()) return makeError(ErrorKind::kInvalidArgument, "config: '{}' must be true or false", key);
       c.vm_allow_tcg = v.get<bool>();
+    } else if (key == "vm_default_memory_mib") {
+      TRY(readInt(v, key, c.vm_default_memory_mib, 64, int64_t{1} << 30));
     } else if (key == "vm_pool_size") {
       TRY(readInt(v, key, c.vm_pool_size, 0, 1000));
     } else if (key == "log_level") {
@@ -147,7 +149,8 @@ nlohmann::json DaemonConfig::toJson() const {
           {"vm_kernel", vm_kernel},
           {"vm_initrd", vm_initrd},
           {"vm_allow_tcg", vm_allow_tcg},
-          {"vm_pool_size", vm_pool_size}};
+          {"vm_pool_size", vm_pool_size},
+          {"vm_default_memory_mib", vm_default_memory_mib}};
 }
 
 }  // namespace space::core

@@ -32,7 +32,8 @@ struct DaemonConfig {
   std::string vm_kernel = "/var/cache/space/vm/vmlinuz";
   std::string vm_initrd = "/var/cache/space/vm/initramfs.cpio";
   bool vm_allow_tcg = true;                // false: KVM or no vm tier (no software emulation)
-  int vm_pool_size = 2;                    // VMMs per pooled template waiting to restore
+  int vm_pool_size = 2;                    // pooled VMs per pooled template (restored and stopped)
+  uint64_t vm_default_memory_mib = 256;    // guest RAM of a VM when create gives no memory
 
   static Result<DaemonConfig> fromJson(const nlohmann::json& j, DaemonConfig base);
   nlohmann::json toJson() const;

@@ -64,8 +64,14 @@ nlohmann::json Manager::isolationInfo() {
           {"auto", resolveIsolation("auto").value_or("jail")}};
 }
 
-Result<runtime::Limits> Manager::resolveLimits(const CreateSandbox& cmd) const {
+runtime::Limits Manager::defaultLimits(const std::string& isolation) const {
   runtime::Limits limits = config_.default_limits;
+  if (isolation == "vm") limits.memory_bytes = config_.vm_default_memory_mib * kMiB;
+  return limits;
+}
+
+Result<runtime::Limits> Manager::resolveLimits(const CreateSandbox& cmd, const std::string& isolation) const {
+  runtime::Limits limits = defaultLimits(isolation);
   long pages = sysconf(_SC_PHYS_PAGES);
   uint64_t host_memory = pages > 0 ? static_cast<uint64_t>(pages) * static_cast<uint64_t>(sysconf(_SC_PAGESIZE)) : 0;
   if (cmd.cpu_millis) {
@@ -112,7 +118,7 @@ runtime::SandboxSpec Manager::specFor(const store::SandboxRecord& rec, const sto
 
 Result<Manager::Started> Manager::startSandbox(const store::TemplateRecord& tpl, const runtime::Limits& limits,
                                                const std::map<std::string, std::string>& env, bool pooled,
-                                               const std::string& isolation) {
+                                               const std::string& isolation, bool cold_boot) {
   store::SandboxRecord rec;
   rec.id = newSandboxId();
   rec.template_name = tpl.name;
@@ -143,7 +149,7 @@ Result<Manager::Started> Manager::startSandbox(const store::TemplateRecord& tpl,
   spec.env = env;
   spec.pooled = pooled;
   runtime::Runtime& rt = runtimeFor(isolation);
-  auto inst = rt.prepare(spec);
+  auto inst = cold_boot && vm_ ? vm_->bootCold(spec) : rt.prepare(spec);
   if (!inst) {
     Error err = inst.error();
     (void)rt.destroy(runtime::PersistedInstance{rec.id, rec.runtime, rec.persisted});
@@ -151,7 +157,9 @@ Result<Manager::Started> Manager::startSandbox(const store::TemplateRecord& tpl,
     return tl::unexpected(err.context("start sandbox " + rec.id));
   }
   rec.persisted = inst->persisted.state;
-  rec.state = "running";
+  // A pooled sandbox is ready; one being made for a request is "starting" until the request is answered
+  // (the reaper leaves it alone, and a crash before then cleans it at start-up).
+  rec.state = pooled ? "running" : "starting";
   if (auto st = store_->updateSandbox(rec); !st) {
     (void)rt.destroy(inst->persisted);
     (void)store_->deleteSandbox(rec.id);
@@ -192,7 +200,9 @@ Result<SandboxView> Manager::create(const CreateSandbox& cmd) {
   ASSIGN_OR_RETURN(std::string isolation, resolveIsolation(cmd.isolation));
   if (cmd.ttl_s < 0 || cmd.ttl_s > config_.max_ttl_s)
     return makeError(ErrorKind::kInvalidArgument, "ttl must be between 0 and {} seconds", config_.max_ttl_s);
-  ASSIGN_OR_RETURN(runtime::Limits limits, resolveLimits(cmd));
+  ASSIGN_OR_RETURN(runtime::Limits limits, resolveLimits(cmd, isolation));
+  if (cmd.cold_boot && isolation != "vm")
+    return makeError(ErrorKind::kInvalidArgument, "cold_boot applies to the vm tier only");
   auto tpl = store_->getTemplate(template_name);
   if (!tpl) {
     if (tpl.error().kind == ErrorKind::kNotFound)
@@ -208,11 +218,11 @@ Result<SandboxView> Manager::create(const CreateSandbox& cmd) {
   }
 
   std::optional<Started> started;
-  if (poolServes(cmd, template_name)) started = takePooled(poolKey(isolation, template_name));
+  if (poolServes(cmd, template_name) && !cmd.cold_boot) started = takePooled(poolKey(isolation, template_name));
   if (started) {
     counters_.creates_pool++;
   } else {
-    auto fresh = startSandbox(*tpl, limits, cmd.env, /*pooled=*/false, isolation);
+    auto fresh = startSandbox(*tpl, limits, cmd.env, /*pooled=*/false, isolation, cmd.cold_boot);
     if (!fresh) {
       counters_.create_failures++;
       return tl::unexpected(fresh.error());
@@ -228,6 +238,7 @@ Result<SandboxView> Manager::create(const CreateSandbox& cmd) {
 
   store::SandboxRecord& rec = started->record;
   rec.pooled = false;
+  rec.state = "running";
   rec.labels = cmd.labels;
   rec.created_ms = nowUnixMs();
   int64_t ttl = cmd.ttl_s ? cmd.ttl_s : config_.default_ttl_s;
@@ -366,7 +377,7 @@ Result<nlohmann::json> Manager::warmTemplate(const std::string& name) {
   ASSIGN_OR_RETURN(store::TemplateRecord tpl, store_->getTemplate(name));
   store::SandboxRecord rec;
   rec.id = "warm";
-  runtime::SandboxSpec spec = specFor(rec, tpl, config_.default_limits);
+  runtime::SandboxSpec spec = specFor(rec, tpl, defaultLimits("vm"));
   auto t0 = std::chrono::steady_clock::now();
   ASSIGN_OR_RETURN(vm::VmTemplate vt, vm_->ensureTemplate(spec));
   auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - t0).count();

@@ -29,6 +29,7 @@ struct CreateSandbox {
   std::map<std::string, std::string> env;
   std::map<std::string, std::string> labels;
   int64_t ttl_s = 0;                            // 0 = daemon default (which may be none)
+  bool cold_boot = false;                       // vm: boot the kernel instead of restoring the template's snapshot
 };
 
 struct SandboxView {

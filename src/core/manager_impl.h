@@ -65,13 +65,15 @@ class Manager final : public SandboxManager {
   };
 
   // Lifecycle (manager.cc)
-  Result<runtime::Limits> resolveLimits(const CreateSandbox& cmd) const;
+  Result<runtime::Limits> resolveLimits(const CreateSandbox& cmd, const std::string& isolation) const;
+  // The limits of a sandbox whose create names none (a VM's RAM has its own default).
+  runtime::Limits defaultLimits(const std::string& isolation) const;
   // The tier a request gets: "jail" or "vm" (auto = vm where KVM is usable), or why it cannot have it.
   Result<std::string> resolveIsolation(const std::string& requested) const;
   // Starts (pooled: only prepares) a sandbox of the template on `isolation`.
   Result<Started> startSandbox(const store::TemplateRecord& tpl, const runtime::Limits& limits,
                                const std::map<std::string, std::string>& env, bool pooled,
-                               const std::string& isolation);
+                               const std::string& isolation, bool cold_boot = false);
   // Completes a prepared sandbox and gives it its identity (hostname, RNG seed, clock, machine id, env).
   Status handOver(Started& started, const std::map<std::string, std::string>& env);
   Status destroyRecord(store::SandboxRecord record);

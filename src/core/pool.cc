@@ -88,9 +88,9 @@ void Manager::fillPoolLoop() {
         // Warming a template boots a VM (seconds under emulation): the pool waits until a vm create or
         // `space template warm` has made it, and never does it behind the operator's back.
         store::SandboxRecord probe;
-        if (!vm_->hasTemplate(specFor(probe, *tpl, config_.default_limits))) continue;
+        if (!vm_->hasTemplate(specFor(probe, *tpl, defaultLimits("vm")))) continue;
       }
-      auto started = startSandbox(*tpl, config_.default_limits, {}, /*pooled=*/true, vm ? "vm" : "jail");
+      auto started = startSandbox(*tpl, defaultLimits(vm ? "vm" : "jail"), {}, /*pooled=*/true, vm ? "vm" : "jail");
       if (!started) {
         spdlog::warn("pool: start sandbox for {}: {}", key, started.error().message);
         continue;

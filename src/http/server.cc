@@ -68,6 +68,7 @@ void lingeringClose(Socket& sock, Conn& conn) {
 }
 
 constexpr size_t kBodyReadBuffer = 256 * 1024;
+constexpr uint64_t kDrainableBody = 64 * 1024;
 
 class BodyReaderImpl : public BodyReader {
  public:
@@ -371,7 +372,17 @@ void Server::Impl::serve(int fd, generic_proto proto, bool trusted, std::string 
     if (!resp.started()) {
       (void)resp.send(500, "application/json", errorBody("internal", "the handler sent no response"));
     }
-    // A response cut short, or a body left unread, leaves the byte stream out of step: close.
+    // A small body the handler had no use for (`{}` on POST .../pause) is read and dropped, so the
+    // connection stays usable. A response cut short, or a large body left unread, leaves the byte
+    // stream out of step: close.
+    if (!resp.broken() && resp.finished() && !body.done() && body.contentLength() &&
+        *body.contentLength() <= kDrainableBody) {
+      char sink[4096];
+      for (;;) {
+        auto n = body.read(sink, sizeof sink);
+        if (!n || *n == 0) break;
+      }
+    }
     if (!resp.broken() && resp.finished() && !body.done()) {
       lingeringClose(sock, conn);
       break;

@@ -43,7 +43,7 @@ Status checkLabels(const std::map<std::string, std::string>& labels) {
 
 Result<core::CreateSandbox> parseCreateSandbox(std::string_view body, uint64_t host_memory_bytes) {
   ASSIGN_OR_RETURN(auto in, JsonInput::parse(body, {"template", "isolation", "cpus", "memory_mib", "pids", "disk_mib",
-                                                    "env", "labels", "ttl_s"}));
+                                                    "env", "labels", "ttl_s", "cold_boot"}));
   core::CreateSandbox cmd;
   ASSIGN_OR_RETURN(auto tmpl, in.string("template", 64));
   if (tmpl) {
@@ -57,6 +57,8 @@ Result<core::CreateSandbox> parseCreateSandbox(std::string_view body, uint64_t h
     }
     cmd.isolation = *isolation;
   }
+  ASSIGN_OR_RETURN(auto cold_boot, in.boolean("cold_boot"));
+  if (cold_boot) cmd.cold_boot = *cold_boot;
   ASSIGN_OR_RETURN(auto cpus, in.number("cpus"));
   if (cpus) {
     if (!(*cpus > 0) || *cpus > kMaxCpus) return makeError(ErrorKind::kInvalidArgument, "cpus must be more than 0 and at most {} (e.g. 0.5)", kMaxCpus);

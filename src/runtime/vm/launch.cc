@@ -48,7 +48,9 @@ std::vector<std::string> buildQemuArgv(const QemuSpec& spec) {
     a.insert(a.end(), {"-object", "memory-backend-file,id=mem,size=" + std::to_string(spec.memory_mib) + "M,mem-path=" +
                                       spec.memory_file + ",share=" + (spec.memory_file_shared ? "on" : "off")});
   }
-  a.insert(a.end(), {"-kernel", spec.kernel, "-initrd", spec.initrd, "-append", guestCmdline(spec)});
+  a.insert(a.end(), {"-kernel", spec.kernel});
+  if (!spec.initrd.empty()) a.insert(a.end(), {"-initrd", spec.initrd});
+  a.insert(a.end(), {"-append", guestCmdline(spec)});
   std::string console = spec.console_file.empty()
                             ? fmt::format("ringbuf,id={},size={}", kConsoleChardev, kConsoleRingBytes)
                             : fmt::format("file,id={},path={}", kConsoleChardev, spec.console_file);

@@ -145,6 +145,7 @@ Result<json> QmpClient::execute(const std::string& command, const json& argument
 }
 
 Result<json> QmpClient::executeWithFd(const std::string& command, const json& arguments, int fd, Duration timeout) {
+  std::lock_guard lock(mu_);
   uint64_t id = next_id_++;
   if (auto st = sendLine(encodeQmpCommand(command, arguments, id), fd); !st)
     return tl::unexpected(st.error().context(fmt::format("QMP {}", command)));
@@ -172,6 +173,7 @@ Status QmpClient::passFd(const std::string& name, int fd) {
 }
 
 Result<json> QmpClient::waitEvent(const std::string& name, Duration timeout) {
+  std::lock_guard lock(mu_);
   auto deadline = Clock::now() + timeout;
   for (;;) {
     for (auto it = events_.begin(); it != events_.end(); ++it) {

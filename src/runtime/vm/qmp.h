@@ -7,6 +7,7 @@
 #include <chrono>
 #include <deque>
 #include <memory>
+#include <mutex>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
@@ -69,6 +70,7 @@ class QmpClient {
   Status sendLine(const std::string& line, int fd);
   Result<nlohmann::json> readMessage(std::chrono::steady_clock::time_point deadline);
 
+  std::mutex mu_;  // one command at a time: callers on several threads share a VM's connection
   UniqueFd fd_;
   QmpDecoder decoder_;
   nlohmann::json greeting_;

@@ -99,6 +99,31 @@ std::string templateKey(const runtime::SandboxSpec& spec) {
   return id.substr(0, 24);
 }
 
+// A restored VMM still needs -kernel (its presence adds the boot option ROM whose RAM block the device
+// state names) but never boots it, while QEMU keeps the whole image in its heap. The stub is the
+// kernel's real setup header (what QEMU parses) followed by one page: 8 MiB less per VM.
+Status writeKernelStub(const std::string& kernel, const std::string& out) {
+  std::ifstream in(kernel, std::ios::binary);
+  std::string head(0x2000, '\0');
+  in.read(head.data(), static_cast<std::streamsize>(head.size()));
+  if (in.gcount() < 0x300 || head.compare(0x202, 4, "HdrS") != 0)
+    return makeError(ErrorKind::kInvalidArgument, "{} is not a bzImage", kernel);
+  size_t setup_sects = static_cast<unsigned char>(head[0x1f1]);
+  if (setup_sects == 0) setup_sects = 4;
+  size_t setup = (setup_sects + 1) * 512;
+  std::string stub(setup + 4096, '\0');
+  in.clear();
+  in.seekg(0);
+  in.read(stub.data(), static_cast<std::streamsize>(setup));
+  if (static_cast<size_t>(in.gcount()) != setup) return makeError(ErrorKind::kInvalidArgument, "{}: short setup", kernel);
+  std::ofstream o(out + ".tmp", std::ios::binary | std::ios::trunc);
+  o.write(stub.data(), static_cast<std::streamsize>(stub.size()));
+  o.close();
+  if (!o) return makeError(ErrorKind::kInternal, "write {}", out);
+  if (rename((out + ".tmp").c_str(), out.c_str()) < 0) return sysError(errno, "rename {}", out);
+  return ok();
+}
+
 }  // namespace
 
 uint64_t hostTscKhz() {
@@ -226,7 +251,7 @@ Result<QemuProcess> VmRuntime::spawn(const QemuSpec& qemu, const std::string& cg
   jail.root_dir = config_.state_dir + "/vm/root";
   jail.read_only = read_only;
   jail.read_only.push_back(qemu.kernel);
-  jail.read_only.push_back(qemu.initrd);
+  if (!qemu.initrd.empty()) jail.read_only.push_back(qemu.initrd);
   jail.writable = {qemu.dir};
   jail.writable.insert(jail.writable.end(), writable.begin(), writable.end());
   jail.devices = {"/dev/null", "/dev/urandom"};
@@ -453,6 +478,11 @@ Status VmRuntime::buildTemplate(const runtime::SandboxSpec& spec, const std::str
     if (chown(f.c_str(), 0, 0) < 0 || chmod(f.c_str(), 0444) < 0) return sysError(errno, "seal {}", f);
     TRY(fsyncPath(f));
   }
+  if (auto st = writeKernelStub(qemu.kernel, tmp + "/kernel.stub"); !st) {
+    cleanup();
+    return st;
+  }
+  if (chmod((tmp + "/kernel.stub").c_str(), 0444) < 0) return sysError(errno, "seal kernel stub");
   // The stamp ties VMMs prepared from this template to this very build: a VMM waiting to restore must
   // load the device state that belongs to the memory it mapped.
   std::random_device rd;
@@ -521,6 +551,11 @@ Result<runtime::Instance> VmRuntime::prepare(const runtime::SandboxSpec& spec) {
   qemu.vcpus = tpl.vcpus;
   qemu.memory_file_shared = false;
   qemu.incoming_defer = true;
+  // QEMU reads the initramfs into its heap at start-up; a restored guest has it in RAM already and
+  // never asks again. (The kernel stays: its presence adds the boot option ROM whose RAM block the
+  // device state names.)
+  qemu.initrd.clear();
+  if (access((tpl.dir + "/kernel.stub").c_str(), R_OK) == 0) qemu.kernel = tpl.dir + "/kernel.stub";
   int memory_fd = -1;
   if (config_.confine) {
     ASSIGN_OR_RETURN(memory_fd, memoryFd(tpl));
@@ -682,10 +717,6 @@ Result<runtime::Instance> VmRuntime::reattach(const runtime::PersistedInstance& 
   std::string dir = inst.state.value("dir", "");
   pid_t pid = inst.state.value("pid", 0);
   if (!isQemuOf(pid, dir)) return makeError(ErrorKind::kNotFound, "vm {}: its QEMU is gone", inst.id);
-  {
-    std::lock_guard lock(mu_);
-    qmp_.erase(inst.id);
-  }
   runtime::Instance out = instanceOf(inst.id, pid, dir, inst.state);
   ASSIGN_OR_RETURN(QmpClient * qmp, qmpFor(inst));
   (void)qmp;
