@@ -348,7 +348,7 @@ Result<std::shared_ptr<agent::AgentClient>> Manager::agent(const std::string& id
     if (it != live_.end() && it->second.agent && it->second.agent->alive()) {
       // A pooled sandbox is not addressable until it is handed out.
       auto rec = store_->getSandbox(id);
-      if (rec && !rec->pooled) return it->second.agent;
+      if (rec && !rec->pooled && rec->state == "running") return it->second.agent;
     }
   }
   ASSIGN_OR_RETURN(store::SandboxRecord rec, store_->getSandbox(id));

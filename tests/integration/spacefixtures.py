@@ -173,8 +173,11 @@ def daemon():
     if _session["daemon"] is None:
         _session["baseline_uid_procs"] = baseline_uid_procs()
         try:
+            # VMs are restored fresh for each test (no VM pool: the teardown's pool accounting stays the
+            # jail pool's); the VM pool has its own tests with their own daemon.
             _session["daemon"] = start_daemon_with_busybox(
-                {"pool_size": POOL_SIZE, "default_template": "busybox", "pool_templates": "busybox"})
+                {"pool_size": POOL_SIZE, "default_template": "busybox", "pool_templates": "busybox",
+                 "vm_pool_size": 0})
         except Exception as e:  # noqa: BLE001
             _session["error"] = str(e)
             raise
@@ -212,6 +215,29 @@ def sandbox(make_sandbox) -> str:
     return make_sandbox()["id"]
 
 
+# Isolation tiers the tier-independent tests (exec, files, processes, PTY) run on. A test module opts in
+# by defining its `sandbox` fixture with params=TIERS and returning tier_sandbox(...).
+TIERS = ["jail", "vm"]
+
+
+def vm_unavailable_reason(client) -> str | None:
+    node = client.call("GET", "/v1/node")
+    vm = node.get("isolation", {}).get("vm", {})
+    if vm.get("available"):
+        return None
+    return f"the vm tier is not available on this node: {vm.get('reason', 'unknown')} " \
+           f"(scripts/vm/build-guest makes the guest)"
+
+
+def tier_sandbox(tier: str, client, make_sandbox) -> str:
+    if tier == "vm":
+        reason = vm_unavailable_reason(client)
+        if reason:
+            print("\n" + reason, file=sys.stderr)
+            pytest.skip(reason)
+    return make_sandbox(isolation=tier)["id"]
+
+
 @pytest.fixture(scope="session")
 def python_template(client):
     if not (PYTHON_ROOTFS / "usr" / "bin" / "python3").exists():
@@ -232,7 +258,7 @@ def own_daemon():
 
     def start(config=None, extra_args=(), build_template=True) -> Daemon:
         baseline = baseline_uid_procs()
-        d = start_daemon_with_busybox(config if config is not None else {"pool_size": 0,
+        d = start_daemon_with_busybox(config if config is not None else {"pool_size": 0, "vm_pool_size": 0,
                                                                        "default_template": "busybox"},
                                       extra_args, build_template)
         started.append((d, baseline))
@@ -243,7 +269,8 @@ def own_daemon():
     for d, baseline in started:
         try:
             if d.alive():
-                pool = int(d.config.get("pool_size", 0)) * max(1, len(str(d.config.get("pool_templates", "x")).split(",")))
+                pool = (int(d.config.get("pool_size", 0)) + int(d.config.get("vm_pool_size", 0))) * \
+                    max(1, len(str(d.config.get("pool_templates", "x")).split(",")))
                 problems += stop_and_check(d, baseline, pool)
         finally:
             if d.alive():

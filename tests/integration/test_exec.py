@@ -5,6 +5,14 @@ import json
 import pytest
 
 from spacelib import ApiError
+from spacefixtures import TIERS, tier_sandbox
+
+
+# Every test here runs on both isolation tiers: the same agent and protocol serve the jail and the VM.
+@pytest.fixture(params=TIERS)
+def sandbox(request, client, make_sandbox) -> str:
+    return tier_sandbox(request.param, client, make_sandbox)
+
 
 
 def test_stdout_and_stderr_are_separate(client, sandbox):

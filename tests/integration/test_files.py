@@ -9,6 +9,14 @@ import pytest
 
 import spacelib
 from spacelib import ApiError
+from spacefixtures import TIERS, tier_sandbox
+
+
+# Every test here runs on both isolation tiers: the same agent and protocol serve the jail and the VM.
+@pytest.fixture(params=TIERS)
+def sandbox(request, client, make_sandbox) -> str:
+    return tier_sandbox(request.param, client, make_sandbox)
+
 
 MiB = 1 << 20
 BIG_MIB = int(os.environ.get("SPACE_TEST_BIG_MIB", "1024"))

@@ -13,6 +13,14 @@ import time
 import pytest
 
 import spacelib
+from spacefixtures import TIERS, tier_sandbox
+
+
+# Every test here runs on both isolation tiers: the same agent and protocol serve the jail and the VM.
+@pytest.fixture(params=TIERS)
+def sandbox(request, client, make_sandbox) -> str:
+    return tier_sandbox(request.param, client, make_sandbox)
+
 
 
 class PtyCli:

@@ -170,6 +170,8 @@ Status buildExt4Image(const std::string& tree, const std::string& out, uint64_t 
     return tl::unexpected(st.error().context("build ext4 image of " + tree));
   }
   TRY(fsyncPath(tmp));
+  // Shared by every VM of the template, below their overlays: never written again.
+  if (chmod(tmp.c_str(), 0444) < 0) return sysError(errno, "seal {}", tmp);
   if (rename(tmp.c_str(), out.c_str()) < 0) return sysError(errno, "rename {}", tmp);
   return ok();
 }

@@ -1,0 +1,226 @@
+"""The vm tier against real VMs (TCG where /dev/kvm is missing): SECURITY.md V1-V6 checked from inside the
+guest and from the host, the CLI's `run --isolation vm`, restored VMs diverging, pause/resume, the VM
+pool and reattach after kill -9 of spaced. Tier-independent behaviour (exec, files, processes, PTY) runs
+on both tiers in the test modules of the first slice."""
+
+import hashlib
+import os
+import subprocess
+import time
+
+import pytest
+
+import spacelib
+from spacefixtures import vm_unavailable_reason
+from spacelib import ApiError, Daemon, wait_for
+
+
+@pytest.fixture(scope="module")
+def vm(client):
+    reason = vm_unavailable_reason(client)
+    if reason:
+        print("\n" + reason)
+        pytest.skip(reason)
+    # The template's VM artifacts are made once (a boot under emulation) and shared by every VM below.
+    return client.call("POST", "/v1/templates/busybox/warm", {})
+
+
+@pytest.fixture
+def make_vm(make_sandbox, vm):
+    def make(**kw):
+        return make_sandbox(isolation="vm", **kw)["id"]
+    return make
+
+
+def qemu_pid(sid: str) -> int:
+    needle = f"/sandboxes/{sid}/qmp.sock".encode()
+    for pid in spacelib.all_pids():
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                if needle in f.read():
+                    return pid
+        except OSError:
+            continue
+    raise AssertionError(f"no QEMU process for {sid}")
+
+
+def sha256(path: str) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def test_cli_run_prints_the_guest_kernel_release(daemon, vm):
+    env = dict(os.environ, SPACE_HOST=f"unix://{daemon.sock}")
+    r = subprocess.run([str(spacelib.bin_dir() / "space"), "run", "--isolation", "vm", "--", "uname", "-r"],
+                       env=env, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    guest = r.stdout.strip()
+    assert guest and guest != os.uname().release, (guest, os.uname().release)
+
+
+def test_sandbox_reports_its_tier_and_capabilities(client, make_vm):
+    sid = make_vm()
+    sb = client.get(sid)
+    assert sb["isolation"] == "vm", sb
+    assert sb["capabilities"]["pause"] is True, sb
+    node = client.call("GET", "/v1/node")
+    assert node["isolation"]["vm"]["accel"] in ("kvm", "tcg"), node
+    # auto picks a VM only where KVM makes it fast.
+    assert node["isolation"]["auto"] == ("vm" if node["isolation"]["vm"]["accel"] == "kvm" else "jail"), node
+
+
+def test_v1_guest_sees_only_virtio_devices_and_its_own_processes(client, daemon, make_vm):
+    sid = make_vm()
+    # virtio device ids: 2 = block, 3 = console. Nothing else (no 9p share, no network yet, no balloon).
+    ids = client.sh(sid, "cat /sys/bus/virtio/devices/*/device").out.split()
+    assert sorted(set(ids)) == ["0x0002", "0x0003"], ids
+    assert client.sh(sid, "cat /proc/1/cmdline | tr '\\0' ' '").out.strip() == "/sbin/space-agent --vm-init"
+    pids = [p for p in client.sh(sid, "ls /proc").out.split() if p.isdigit()]
+    assert len(pids) < 100, f"{len(pids)} processes visible: host pids leak in?"
+    # The host's files are not there: no host hostname, no SPACE state dir.
+    assert client.sh(sid, f"test -e {daemon.state} || echo absent").out.strip() == "absent"
+    assert client.sh(sid, "hostname").out.strip() == sid
+    assert client.sh(sid, "ls /sys/class/net").out.split() == ["lo"]
+
+
+def test_v2_the_vmm_is_confined(client, make_vm):
+    sid = make_vm()
+    pid = qemu_pid(sid)
+    st = spacelib.proc_status(pid)
+    uids = [int(x) for x in st["Uid"].split()]
+    assert all(u == uids[0] for u in uids) and uids[0] >= 0x10000000, uids
+    assert st["NoNewPrivs"] == "1" and st["Seccomp"] == "2", st
+    assert int(st["CapEff"], 16) == 0 and int(st["CapPrm"], 16) == 0, st
+    for ns in ("mnt", "pid", "net", "ipc"):
+        assert os.readlink(f"/proc/{pid}/ns/{ns}") != os.readlink(f"/proc/self/ns/{ns}"), ns
+    # Its root: /usr, its kernel and images, its own directory, three device nodes, its own /proc.
+    root = f"/proc/{pid}/root"
+    assert os.path.isdir(f"{root}/usr/bin")
+    for absent in ("/etc/passwd", "/root", "/home", "/var/lib/space", "/dev/sda", "/dev/mem", "/sys/kernel"):
+        assert not os.path.exists(root + absent), absent
+    assert sorted(os.listdir(f"{root}/dev")) in (["null", "urandom"], ["kvm", "null", "urandom"])
+    assert sorted(p for p in os.listdir(f"{root}/proc") if p.isdigit()) == ["1"], "QEMU sees other processes"
+    # The template's RAM is a descriptor, not a file in its root.
+    assert not any("memory" == name for _, _, files in os.walk(root + "/var") for name in files)
+    # A cgroup of its own with memory and pids limits.
+    mem = spacelib.cgroup_file(sid, "memory", "memory.limit_in_bytes") or spacelib.cgroup_file(sid, "memory", "memory.max")
+    pids = spacelib.cgroup_file(sid, "pids", "pids.max")
+    assert mem and int(mem) <= (256 + 512) << 20, mem
+    assert pids and int(pids) <= 256, pids
+    assert sid in spacelib.pid_cgroup_ids(pid)
+
+
+def test_v3_guest_writes_change_nothing_in_the_template_or_a_sibling(client, vm, make_vm):
+    files = [os.path.join(vm["dir"], f) for f in ("memory", "state", "disk.qcow2")] + [vm["base_image"]]
+    before = {f: sha256(f) for f in files}
+    a, b = make_vm(), make_vm()
+    client.sh(b, "echo mine > /root/marker")
+    r = client.sh(a, "echo changed > /etc/passwd; rm -rf /usr /bin/ls; "
+                     "head -c 100000000 /dev/zero > /dev/shm/fill && echo filled")
+    assert "filled" in r.out, r
+    assert client.sh(b, "cat /root/marker; ls /dev/shm | wc -l; grep -c root /etc/passwd").out.split() == ["mine", "0", "1"]
+    assert client.sh(b, "test -x /bin/ls && echo ok").out.strip() == "ok"
+    client.delete(a)
+    after = {f: sha256(f) for f in files}
+    assert after == before
+    for f in files:
+        assert os.stat(f).st_mode & 0o222 == 0, f"{f} is writable"
+
+
+def test_v4_restored_vms_have_their_own_identity(client, make_vm):
+    a, b = make_vm(), make_vm()
+    out_a = client.sh(a, "head -c 32 /dev/urandom | od -An -tx1").out
+    out_b = client.sh(b, "head -c 32 /dev/urandom | od -An -tx1").out
+    assert out_a.strip() and out_a != out_b
+    assert client.sh(a, "hostname").out.strip() == a
+    assert client.sh(b, "hostname").out.strip() == b
+    ma = client.sh(a, "cat /etc/machine-id").out.strip()
+    mb = client.sh(b, "cat /etc/machine-id").out.strip()
+    assert len(ma) == 32 and len(mb) == 32 and ma != mb
+    # The clock is the host's, not the snapshot's.
+    guest = int(client.sh(a, "date +%s").out.strip())
+    assert abs(guest - time.time()) < 30, (guest, time.time())
+
+
+def test_v5_the_guest_reaches_only_its_agent_port_and_disk(client, make_vm):
+    sid = make_vm()
+    ports = client.sh(sid, "for p in /sys/class/virtio-ports/*; do cat $p/name; done").out.split()
+    assert ports == ["space.agent"], ports
+    # No monitor, no QMP, no network device, no host sockets.
+    assert client.sh(sid, "ls /sys/class/net").out.split() == ["lo"]
+    assert client.sh(sid, "ls /dev/vd* /dev/hvc* 2>/dev/null | sort").out.split() == ["/dev/vda"]
+
+
+def test_v6_memory_and_disk_exhaustion_stay_inside_the_vm(client, daemon, make_vm):
+    sid = make_vm(disk_mib=64)
+    # Memory: a process that wants more than the guest has fails inside the guest (its allocation is
+    # refused or the guest's OOM killer ends it); the VMM stays within its cgroup.
+    r = client.sh(sid, "head -c 600000000 /dev/zero | tail -c 600000000 | wc -c", timeout=300)
+    assert r.out.strip() != "600000000", r
+    assert client.sh(sid, "echo alive").out.strip() == "alive"
+    pid = qemu_pid(sid)
+    rss_kb = int(spacelib.proc_status(pid)["VmRSS"].split()[0])
+    assert rss_kb < (256 + 512) * 1024, rss_kb
+    # Disk: the guest's filesystem fills at its size; the host's overlay stays near it.
+    r = client.sh(sid, "dd if=/dev/zero of=/root/fill bs=1M 2>&1; echo rc=$?", timeout=600)
+    assert "No space left" in r.out and "rc=0" not in r.out, r
+    overlay = os.path.join(str(daemon.state), "sandboxes", sid, "disk.qcow2")
+    assert os.path.getsize(overlay) < 200 << 20, os.path.getsize(overlay)
+    assert client.sh(sid, "rm /root/fill && echo freed").out.strip() == "freed"
+
+
+def test_pause_resume_keeps_files_processes_and_memory(client, make_vm):
+    sid = make_vm()
+    bg = client.start_process(sid, shell="i=0; while true; do i=$((i+1)); echo $i > /tmp/count; sleep 0.2; done")
+    client.upload(sid, "/root/kept.txt", b"kept\n")
+    for _ in range(3):
+        client.call("POST", f"/v1/sandboxes/{sid}/pause", {})
+        assert client.get(sid)["state"] == "paused"
+        status, _, _ = client.raw("POST", f"/v1/sandboxes/{sid}/exec", {"cmd": ["true"]})
+        assert status == 409, status
+        client.call("POST", f"/v1/sandboxes/{sid}/resume", {})
+        assert client.get(sid)["state"] == "running"
+        assert client.download(sid, "/root/kept.txt") == b"kept\n"
+    procs = {p["id"]: p for p in client.processes(sid)}
+    assert procs[bg["id"]]["running"] is True
+    n1 = int(client.sh(sid, "cat /tmp/count").out)
+    wait_for(lambda: int(client.sh(sid, "cat /tmp/count").out) > n1, timeout=30, what="the loop to go on")
+
+
+def test_vm_pool_then_kill9_restart_reattaches(own_daemon):
+    d = own_daemon({"pool_size": 0, "vm_pool_size": 1, "default_template": "busybox"})
+    c = d.client
+    reason = vm_unavailable_reason(c)
+    if reason:
+        pytest.skip(reason)
+    c.call("POST", "/v1/templates/busybox/warm", {})
+    wait_for(lambda: 'space_pool_ready{template="vm:busybox"} 1' in c.metrics(), timeout=180,
+             what="a pooled VM")
+    sid = c.create(template="busybox", isolation="vm")["id"]
+    assert 'space_sandbox_creates_total{source="pool"} 1' in c.metrics()
+    assert c.sh(sid, "hostname").out.strip() == sid
+    c.upload(sid, "/root/persist.txt", b"survives restart\n")
+    wait_for(lambda: 'space_pool_ready{template="vm:busybox"} 1' in c.metrics(), timeout=180,
+             what="the pool to refill")
+    vmm = qemu_pid(sid)
+
+    d.kill9()
+    assert spacelib.pid_start_time(vmm) is not None, "the VMM died with spaced"
+    d2 = Daemon(state_dir=d.state, config=d.config, extra_args=d.extra_args)
+    d.proc = d2.start().proc
+    c2 = d2.client
+    c2.created = c.created
+    assert c2.get(sid)["state"] == "running"
+    assert c2.download(sid, "/root/persist.txt") == b"survives restart\n"
+    assert qemu_pid(sid) == vmm
+    # The pooled VM (stopped, waiting) was reattached too and is handed out.
+    sid2 = c2.create(template="busybox", isolation="vm")["id"]
+    assert c2.sh(sid2, "hostname").out.strip() == sid2
+    c2.delete(sid)
+    c2.delete(sid2)
+    with pytest.raises(ApiError):
+        c2.get(sid)
+    assert spacelib.pid_start_time(vmm) is None or spacelib.is_zombie(vmm)
