@@ -1,7 +1,13 @@
 #include "runtime/vm/qmp.h"
 
 #include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
+#include <filesystem>
+#include <fstream>
+
+#include "runtime/vm/confine.h"
 #include "runtime/vm/inside/vm_init.h"
 #include "runtime/vm/launch.h"
 
@@ -114,6 +120,64 @@ TEST(QemuArgv, FileBackedMemoryAndDeferredIncoming) {
   EXPECT_TRUE(has(a, "memory-backend-file,id=mem,size=256M,mem-path=/tpl/mem,share=off"));
   EXPECT_EQ(a[indexOf(a, "-accel") + 1], "kvm");
   EXPECT_EQ(a[indexOf(a, "-incoming") + 1], "defer");
+}
+
+TEST(QemuArgv, RestoredVmHasNoInitrdABoundedConsoleAndASizedTranslationCache) {
+  QemuSpec s;
+  s.kernel = "/tpl/kernel.stub";
+  s.dir = "/vm";
+  s.tcg_tb_cache_mib = 128;
+  auto a = buildQemuArgv(s);
+  EXPECT_FALSE(has(a, "-initrd"));
+  EXPECT_EQ(a[indexOf(a, "-kernel") + 1], "/tpl/kernel.stub");
+  EXPECT_EQ(a[indexOf(a, "-accel") + 1], "tcg,tb-size=128");
+  EXPECT_EQ(a[indexOf(a, "-chardev") + 1], "ringbuf,id=console,size=65536");
+  s.console_file = "/vm/console.log";
+  a = buildQemuArgv(s);
+  EXPECT_EQ(a[indexOf(a, "-chardev") + 1], "file,id=console,path=/vm/console.log");
+}
+
+TEST(VmmRoot, PlanBindsRealPathsWithEveryParentAndTheDevices) {
+  char tmpl[] = "/tmp/space-vmmroot-XXXXXX";
+  ASSERT_NE(mkdtemp(tmpl), nullptr);
+  std::string dir = tmpl;
+  ASSERT_EQ(mkdir((dir + "/real").c_str(), 0755), 0);
+  { std::ofstream(dir + "/real/kernel") << "k"; }
+  ASSERT_EQ(symlink("real/kernel", (dir + "/link").c_str()), 0);
+  VmmJail jail;
+  jail.uid = jail.gid = 12345;
+  jail.root_dir = "/R";
+  jail.read_only = {dir + "/link"};
+  jail.writable = {dir + "/real"};
+  jail.devices = {"/dev/null"};
+  auto plan = planVmmRoot(jail);
+  ASSERT_TRUE(plan) << plan.error().message;
+  auto find = [&](MountStep::Kind k, const std::string& b) {
+    for (auto& s : *plan)
+      if (s.kind == k && (s.b == b || (s.b.empty() && s.a == b))) return true;
+    return false;
+  };
+  // The symlink is resolved: the file is bound where its real path is, read-only.
+  EXPECT_TRUE(find(MountStep::kTouch, "/R" + dir + "/real/kernel"));
+  EXPECT_TRUE(find(MountStep::kBindReadOnly, "/R" + dir + "/real/kernel"));
+  EXPECT_TRUE(find(MountStep::kBind, "/R" + dir + "/real"));
+  EXPECT_TRUE(find(MountStep::kMkdir, "/R/tmp"));
+  EXPECT_TRUE(find(MountStep::kBindReadOnly, "/R/usr"));
+  EXPECT_TRUE(find(MountStep::kBindReadOnly, "/R/dev/null"));
+  EXPECT_TRUE(find(MountStep::kMkdir, "/R/proc"));
+  // Parents come before children.
+  size_t parent = 0, child = 0;
+  for (size_t i = 0; i < plan->size(); ++i) {
+    if ((*plan)[i].kind == MountStep::kMkdir && (*plan)[i].a == "/R/tmp") parent = i;
+    if ((*plan)[i].kind == MountStep::kMkdir && (*plan)[i].a == "/R" + dir) child = i;
+  }
+  EXPECT_LT(parent, child);
+  VmmJail root_uid = jail;
+  root_uid.uid = 0;
+  QemuSpec spec;
+  spec.dir = dir;
+  EXPECT_FALSE(launchConfinedQemu(spec, root_uid)) << "a VMM must never run as root";
+  std::filesystem::remove_all(dir);
 }
 
 TEST(VmInit, ModuleListSkipsBlanksAndComments) {
