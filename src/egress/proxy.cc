@@ -82,16 +82,35 @@ awaitable<void> watchdog(std::weak_ptr<Conn> weak) {
   }
 }
 
+namespace {
+
+// Starts a NameCache lookup and completes the awaiting coroutine on its executor. Only pointers inside:
+// GCC 12 destroys a coroutine's by-value parameters twice in Asio 1.74's use_awaitable initiation, which
+// is harmless only for trivially destructible initiations. The pointees live in lookupName's frame.
+struct LookupInitiation {
+  Gateway::Impl* g;
+  const std::string* name;
+  const asio::any_io_executor* ex;
+
+  template <class Handler>
+  void operator()(Handler handler) const {
+    auto h = std::make_shared<Handler>(std::move(handler));
+    auto exec = *ex;
+    g->cache.lookup(*name, [h, exec](Result<NameCache::Pinned> r) {
+      asio::post(exec, [h, r = std::move(r)]() mutable { (*h)(std::move(r)); });
+    });
+  }
+};
+static_assert(std::is_trivially_destructible_v<LookupInitiation>);
+
+}  // namespace
+
 awaitable<Result<NameCache::Pinned>> lookupName(Gateway::Impl& g, const std::string& name) {
-  auto ex = co_await asio::this_coro::executor;
-  co_return co_await asio::async_initiate<decltype(use_awaitable), void(Result<NameCache::Pinned>)>(
-      [&g, name, ex](auto handler) {
-        auto h = std::make_shared<decltype(handler)>(std::move(handler));
-        g.cache.lookup(name, [h, ex](Result<NameCache::Pinned> r) {
-          asio::post(ex, [h, r = std::move(r)]() mutable { (*h)(std::move(r)); });
-        });
-      },
-      use_awaitable);
+  const std::string key = name;
+  const asio::any_io_executor ex = co_await asio::this_coro::executor;
+  Result<NameCache::Pinned> r = co_await asio::async_initiate<decltype(use_awaitable), void(Result<NameCache::Pinned>)>(
+      LookupInitiation{&g, &key, &ex}, use_awaitable);
+  co_return r;
 }
 
 awaitable<Decision> decideTarget(Conn& c, std::string host, std::optional<IpAddress> dst, uint16_t port,
@@ -243,7 +262,7 @@ awaitable<void> pipe(std::shared_ptr<Conn> c, tcp::socket& from, tcp::socket& to
 
 awaitable<void> splice(std::shared_ptr<Conn> c) {
   auto ex = co_await asio::this_coro::executor;
-  asio::co_spawn(ex, pipe(c, c->upstream, c->client, &c->rec.bytes_down), asio::detached);
+  asio::co_spawn(ex, pipe(c, c->upstream, c->client, &c->rec.bytes_down), asio::detached);  // c: an lvalue
   co_await pipe(c, c->client, c->upstream, &c->rec.bytes_up);
 }
 
@@ -278,7 +297,9 @@ awaitable<void> intercept(std::shared_ptr<Conn> c, std::string name, uint16_t po
     co_return;
   }
   c->timeout = c->g.opts.idle_timeout;
-  co_await relayHttp(*c, down, up, "", RelayMode{name, port, true, false, ""});
+  std::string nothing_read;
+  RelayMode mode{name, port, true, false, ""};
+  co_await relayHttp(*c, down, up, nothing_read, mode);
   co_await down.async_shutdown(asio::redirect_error(use_awaitable, ec));
 }
 
@@ -305,7 +326,7 @@ awaitable<void> connectAndServe(std::shared_ptr<Conn> c, const Decision& d, IpAd
     c->rec.verdict = "error";
     c->rec.rule = d.rule;
     c->rec.reason = fmt::format("connect {}: {}", ip.str(), ec.message());
-    if (!connect_reply.empty() || plain_http) co_await writeAll(c->client, refusal(502, c->rec.reason), *c);
+    if (!connect_reply.empty() || plain_http) { const std::string msg = refusal(502, c->rec.reason); co_await writeAll(c->client, msg, *c); }
     co_return;
   }
   allowRecord(*c, d, ip, port);
@@ -364,24 +385,29 @@ awaitable<void> Gateway::Impl::transparentSession(std::shared_ptr<Conn> c) {
   if (host.empty()) {
     // E10: without a name only an explicit CIDR rule can allow the address.
     IpAddress chosen;
-    Decision d = co_await decideTarget(*c, "", dst, port, &chosen);
+    const std::string no_host;
+    Decision d = co_await decideTarget(*c, no_host, dst, port, &chosen);
     if (!d.allowed()) {
       denyRecord(*c, d);
-      if (p.http) co_await writeAll(c->client, refusal(403, d.reason), *c);
+      if (p.http) { const std::string msg = refusal(403, d.reason); co_await writeAll(c->client, msg, *c); }
       co_return;
     }
-    co_await connectAndServe(c, d, dst, port, p.tls, "", p.http, "", RelayMode{"", port, false, false, ""}, "");
+    std::string none;
+    RelayMode mode{"", port, false, false, ""};
+    co_await connectAndServe(c, d, dst, port, p.tls, none, p.http, none, mode, none);
     co_return;
   }
   IpAddress chosen;
   Decision d = co_await decideTarget(*c, host, dst, port, &chosen);
   if (!d.allowed()) {
     denyRecord(*c, d);
-    if (p.http) co_await writeAll(c->client, refusal(403, d.reason), *c);
+    if (p.http) { const std::string msg = refusal(403, d.reason); co_await writeAll(c->client, msg, *c); }
     co_return;
   }
   std::string name = c->rec.name;  // normalised by decideTarget; empty for an address literal
-  co_await connectAndServe(c, d, dst, port, p.tls, name, p.http, "", RelayMode{name, port, false, false, ""}, "");
+  std::string none;
+  RelayMode mode{name, port, false, false, ""};
+  co_await connectAndServe(c, d, dst, port, p.tls, name, p.http, none, mode, none);
 }
 
 awaitable<void> Gateway::Impl::proxySession(std::shared_ptr<Conn> c) {
@@ -391,14 +417,14 @@ awaitable<void> Gateway::Impl::proxySession(std::shared_ptr<Conn> c) {
   if (!len || *len == 0) {
     if (!len) {
       denyRecord(*c, Decision{Verdict::kDeny, "http-strict", len.error().message});
-      co_await writeAll(c->client, refusal(400, len.error().message), *c);
+      { const std::string msg = refusal(400, len.error().message); co_await writeAll(c->client, msg, *c); }
     }
     co_return;
   }
   auto head = http::parseRequestHead(std::string_view(buf).substr(0, *len));
   if (!head) {
     denyRecord(*c, Decision{Verdict::kDeny, "http-strict", head.error().message});
-    co_await writeAll(c->client, refusal(400, head.error().message), *c);
+    { const std::string msg = refusal(400, head.error().message); co_await writeAll(c->client, msg, *c); }
     co_return;
   }
   if (head->method == "CONNECT") {
@@ -406,12 +432,12 @@ awaitable<void> Gateway::Impl::proxySession(std::shared_ptr<Conn> c) {
     auto a = http::parseAuthority(head->target, 0);
     if (!a) {
       denyRecord(*c, Decision{Verdict::kDeny, "malformed-host", a.error().message});
-      co_await writeAll(c->client, refusal(400, a.error().message), *c);
+      { const std::string msg = refusal(400, a.error().message); co_await writeAll(c->client, msg, *c); }
       co_return;
     }
     if (buf.size() != *len) {
       denyRecord(*c, Decision{Verdict::kDeny, "http-strict", "bytes after CONNECT before the tunnel was granted"});
-      co_await writeAll(c->client, refusal(400, "bytes after CONNECT"), *c);
+      { const std::string msg = refusal(400, "bytes after CONNECT"); co_await writeAll(c->client, msg, *c); }
       co_return;
     }
     std::string host = a->bracketed ? "[" + a->host + "]" : a->host;
@@ -419,7 +445,7 @@ awaitable<void> Gateway::Impl::proxySession(std::shared_ptr<Conn> c) {
     Decision d = co_await decideTarget(*c, host, std::nullopt, a->port, &chosen);
     if (!d.allowed()) {
       denyRecord(*c, d);
-      co_await writeAll(c->client, refusal(403, d.reason), *c);
+      { const std::string msg = refusal(403, d.reason); co_await writeAll(c->client, msg, *c); }
       co_return;
     }
     std::string name = c->rec.name;
@@ -428,7 +454,7 @@ awaitable<void> Gateway::Impl::proxySession(std::shared_ptr<Conn> c) {
     if (ec) {
       c->rec.verdict = "error";
       c->rec.reason = fmt::format("connect {}: {}", chosen.str(), ec.message());
-      co_await writeAll(c->client, refusal(502, c->rec.reason), *c);
+      { const std::string msg = refusal(502, c->rec.reason); co_await writeAll(c->client, msg, *c); }
       co_return;
     }
     allowRecord(*c, d, chosen, a->port);
@@ -459,14 +485,16 @@ awaitable<void> Gateway::Impl::proxySession(std::shared_ptr<Conn> c) {
       co_return;
     }
     c->timeout = opts.idle_timeout;
-    co_await relayHttp(*c, c->client, c->upstream, "", RelayMode{name, a->port, false, false, name.empty() ? host : ""});
+    std::string nothing_read;
+    RelayMode mode{name, a->port, false, false, name.empty() ? host : ""};
+    co_await relayHttp(*c, c->client, c->upstream, nothing_read, mode);
     co_return;
   }
   // Absolute-form request for plain HTTP.
   auto t = http::parseAbsoluteTarget(head->target);
   if (!t) {
     denyRecord(*c, Decision{Verdict::kDeny, "url", t.error().message});
-    co_await writeAll(c->client, refusal(400, t.error().message), *c);
+    { const std::string msg = refusal(400, t.error().message); co_await writeAll(c->client, msg, *c); }
     co_return;
   }
   std::string host = t->authority.bracketed ? "[" + t->authority.host + "]" : t->authority.host;
@@ -474,12 +502,13 @@ awaitable<void> Gateway::Impl::proxySession(std::shared_ptr<Conn> c) {
   Decision d = co_await decideTarget(*c, host, std::nullopt, t->authority.port, &chosen);
   if (!d.allowed()) {
     denyRecord(*c, d);
-    co_await writeAll(c->client, refusal(403, d.reason), *c);
+    { const std::string msg = refusal(403, d.reason); co_await writeAll(c->client, msg, *c); }
     co_return;
   }
   std::string name = c->rec.name;
-  co_await connectAndServe(c, d, chosen, t->authority.port, false, name, true, buf,
-                           RelayMode{name, t->authority.port, false, true, name.empty() ? t->authority.host : ""}, "");
+  RelayMode mode{name, t->authority.port, false, true, name.empty() ? t->authority.host : ""};
+  std::string no_reply;
+  co_await connectAndServe(c, d, chosen, t->authority.port, false, name, true, buf, mode, no_reply);
 }
 
 awaitable<void> Gateway::Impl::acceptLoop(tcp::acceptor& acceptor, bool transparent_mode) {
@@ -510,7 +539,8 @@ awaitable<void> Gateway::Impl::acceptLoop(tcp::acceptor& acceptor, bool transpar
     ++active;
     ++active_per_sandbox[c->sb->id];
     c->counted = true;
-    asio::co_spawn(io, watchdog(c), asio::detached);
+    std::weak_ptr<Conn> weak = c;
+    asio::co_spawn(io, watchdog(weak), asio::detached);
     asio::co_spawn(
         io,
         [this, c, transparent_mode]() -> awaitable<void> {

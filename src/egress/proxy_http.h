@@ -134,10 +134,13 @@ awaitable<void> relayHttp(Conn& c, C& client, U& upstream, std::string cbuf, Rel
     auto t0 = Clock::now();
     auto head_len = co_await readHead(client, cbuf, c);
     if (head_len && *head_len == 0) co_return;
-    auto fail = [&](int status, const std::string& rule, const std::string& reason,
+    // Arguments are views: GCC 12 destroys class-type temporaries in a co_await expression twice, so no
+    // call below passes a std::string temporary to a coroutine.
+    auto fail = [&](int status, std::string_view rule, std::string_view reason,
                     const http::RequestHead* h) -> awaitable<void> {
-      auditRequest(c, "deny", rule, reason, h, {}, 0, 0, t0);
-      co_await writeAll(client, refusal(status, reason), c);
+      auditRequest(c, "deny", std::string(rule), std::string(reason), h, {}, 0, 0, t0);
+      const std::string msg = refusal(status, reason);
+      co_await writeAll(client, msg, c);
     };
     if (!head_len) {
       co_await fail(400, "http-strict", head_len.error().message, nullptr);
@@ -179,7 +182,8 @@ awaitable<void> relayHttp(Conn& c, C& client, U& upstream, std::string cbuf, Rel
       auto a = http::parseAuthority(h->value, mode.port);
       auto n = a ? normalizeName(a->host) : Result<std::string>(tl::unexpected(a.error()));
       if (!n || *n != mode.name || a->port != mode.port) {
-        co_await fail(403, "host-mismatch", fmt::format("Host does not match {}", mode.name), &head);
+        const std::string why = fmt::format("Host does not match {}", mode.name);
+        co_await fail(403, "host-mismatch", why, &head);
         co_return;
       }
     } else if (!h && head.minor_version == 1) {
@@ -204,14 +208,14 @@ awaitable<void> relayHttp(Conn& c, C& client, U& upstream, std::string cbuf, Rel
       }
       injected = inj->injected;
     } else if (auto i = findPlaceholder(head.serialize(), secrets)) {
-      co_await fail(403, "placeholder",
-                    fmt::format("placeholder of secret {} outside an intercepted request to its host",
-                                secrets[*i].name),
-                    &head);
+      const std::string why =
+          fmt::format("placeholder of secret {} outside an intercepted request to its host", secrets[*i].name);
+      co_await fail(403, "placeholder", why, &head);
       co_return;
     }
     if (expect_continue) co_await writeAll(client, "HTTP/1.1 100 Continue\r\n\r\n", c);
-    co_await writeAll(upstream, head.serialize(), c);
+    const std::string request_head = head.serialize();
+    co_await writeAll(upstream, request_head, c);
     uint64_t up = 0, down = 0;
     PlaceholderScanner scanner(secrets);
     std::optional<size_t> blocked;
@@ -228,8 +232,8 @@ awaitable<void> relayHttp(Conn& c, C& client, U& upstream, std::string cbuf, Rel
       // The upstream saw an incomplete body and is cut off; the sandbox gets the refusal.
       boost::system::error_code ec;
       c.upstream.close(ec);
-      co_await fail(403, "placeholder", fmt::format("placeholder of secret {} in the request body", secrets[*blocked].name),
-                    &head);
+      const std::string why = fmt::format("placeholder of secret {} in the request body", secrets[*blocked].name);
+      co_await fail(403, "placeholder", why, &head);
       co_return;
     }
     // The response: interim 1xx heads first, then the final one.
@@ -249,7 +253,8 @@ awaitable<void> relayHttp(Conn& c, C& client, U& upstream, std::string cbuf, Rel
       resp = std::move(*r);
       redactResponseHead(resp, secrets);
       if (resp.status / 100 != 1 || resp.status == 101) break;
-      co_await writeAll(client, resp.serialize(), c);
+      const std::string interim = resp.serialize();
+      co_await writeAll(client, interim, c);
     }
     if (resp.status == 101) {
       co_await fail(502, "http-strict", "protocol switch refused", &head);
@@ -275,7 +280,8 @@ awaitable<void> relayHttp(Conn& c, C& client, U& upstream, std::string cbuf, Rel
       }
     }
     if (close_after) resp.set("Connection", "close");
-    co_await writeAll(client, resp.serialize(), c);
+    const std::string response_head = resp.serialize();
+    co_await writeAll(client, response_head, c);
     co_await pumpBody(upstream, ubuf, resp.framing, c, [&](std::string_view raw, std::string_view decoded) -> awaitable<void> {
       if (!reframe) {
         down += raw.size();
@@ -285,13 +291,17 @@ awaitable<void> relayHttp(Conn& c, C& client, U& upstream, std::string cbuf, Rel
       std::string out = redactor.feed(decoded);
       if (out.empty()) co_return;
       down += out.size();
-      co_await writeAll(client, chunk_out ? fmt::format("{:x}\r\n{}\r\n", out.size(), out) : out, c);
+      if (chunk_out) out = fmt::format("{:x}\r\n{}\r\n", out.size(), out);
+      co_await writeAll(client, out, c);
     });
     if (reframe) {
       std::string out = redactor.finish();
       down += out.size();
       if (chunk_out) {
-        if (!out.empty()) co_await writeAll(client, fmt::format("{:x}\r\n{}\r\n", out.size(), out), c);
+        if (!out.empty()) {
+          out = fmt::format("{:x}\r\n{}\r\n", out.size(), out);
+          co_await writeAll(client, out, c);
+        }
         co_await writeAll(client, "0\r\n\r\n", c);
       } else {
         co_await writeAll(client, out, c);
