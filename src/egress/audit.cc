@@ -63,8 +63,10 @@ void Audit::write(const AuditRecord& r) {
   // The JSON library escapes every byte a sandbox could put in a name or path; a line stays one line.
   std::string line = auditToJson(r).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
   std::lock_guard lock(mu_);
-  ++by_verdict_[r.verdict];
-  if (r.verdict != "allow") ++by_rule_[r.verdict + ": " + r.rule];
+  if (r.kind != "control") {  // counters are about sandbox traffic
+    ++by_verdict_[r.verdict];
+    if (r.verdict != "allow") ++by_rule_[r.verdict + ": " + r.rule];
+  }
   if (out_) {
     fwrite(line.data(), 1, line.size(), out_);
     fputc('\n', out_);
