@@ -60,10 +60,14 @@ std::optional<uint64_t> parseAtonPart(std::string_view p) {
   uint64_t v = 0;
   for (char c : p) {
     int d;
-    if (c >= '0' && c <= '9') d = c - '0';
-    else if (base == 16 && c >= 'a' && c <= 'f') d = c - 'a' + 10;
-    else if (base == 16 && c >= 'A' && c <= 'F') d = c - 'A' + 10;
-    else return std::nullopt;
+    if (c >= '0' && c <= '9')
+      d = c - '0';
+    else if (base == 16 && c >= 'a' && c <= 'f')
+      d = c - 'a' + 10;
+    else if (base == 16 && c >= 'A' && c <= 'F')
+      d = c - 'A' + 10;
+    else
+      return std::nullopt;
     if (d >= base) return std::nullopt;
     v = v * base + d;
     if (v > 0xffffffffull) return std::nullopt;
@@ -99,7 +103,9 @@ std::optional<IpAddress> parseLooseIpv4(std::string_view text) {
   }
   uint64_t value = 0;
   switch (parts.size()) {
-    case 1: value = parts[0]; break;
+    case 1:
+      value = parts[0];
+      break;
     case 2:
       if (parts[0] > 0xff || parts[1] > 0xffffff) return std::nullopt;
       value = parts[0] << 24 | parts[1];
@@ -223,10 +229,11 @@ std::optional<IpAddress> embeddedIpv4(const IpAddress& ip) {
 const std::vector<Cidr>& defaultDenyRanges() {
   static const std::vector<Cidr> ranges = [] {
     std::vector<Cidr> out;
-    for (const char* s : {"0.0.0.0/8", "10.0.0.0/8", "100.64.0.0/10", "127.0.0.0/8", "169.254.0.0/16",
-                          "172.16.0.0/12", "192.0.0.0/24", "192.0.2.0/24", "192.168.0.0/16", "198.18.0.0/15",
-                          "198.51.100.0/24", "203.0.113.0/24", "224.0.0.0/4", "240.0.0.0/4", "::/128", "::1/128",
-                          "fc00::/7", "fe80::/10", "ff00::/8", "2001:db8::/32", "100::/64", "fd00:ec2::254/128"})
+    for (const char* s :
+         {"0.0.0.0/8",    "10.0.0.0/8",    "100.64.0.0/10",  "127.0.0.0/8",      "169.254.0.0/16",  "172.16.0.0/12",
+          "192.0.0.0/24", "192.0.2.0/24",  "192.168.0.0/16", "198.18.0.0/15",    "198.51.100.0/24", "203.0.113.0/24",
+          "224.0.0.0/4",  "240.0.0.0/4",   "::/128",         "::1/128",          "fc00::/7",        "fe80::/10",
+          "ff00::/8",     "2001:db8::/32", "100::/64",       "fd00:ec2::254/128"})
       out.push_back(*parseCidr(s));
     return out;
   }();

@@ -74,8 +74,8 @@ enum class AddressClass {
 
 struct Classification {
   AddressClass cls = AddressClass::kPublic;
-  std::string range;   // "169.254.0.0/16", "host address", "sandbox subnet 10.200.0.4/30", ...
-  IpAddress judged;    // the address judged: the IPv4 unwrapped from an IPv6 form, or the input
+  std::string range;  // "169.254.0.0/16", "host address", "sandbox subnet 10.200.0.4/30", ...
+  IpAddress judged;   // the address judged: the IPv4 unwrapped from an IPv6 form, or the input
 };
 
 // Classifies ip (after unwrapping embedded IPv4) against the default-deny list and the host facts.

@@ -1,7 +1,6 @@
 #include "egress/audit.h"
 
 #include <chrono>
-
 #include <nlohmann/json.hpp>
 
 namespace space::egress {
@@ -14,15 +13,15 @@ std::string nowIso() {
   time_t secs = time_t(ms / 1000);
   tm t{};
   gmtime_r(&secs, &t);
-  return fmt::format("{:04}-{:02}-{:02}T{:02}:{:02}:{:02}.{:03}Z", t.tm_year + 1900, t.tm_mon + 1, t.tm_mday,
-                     t.tm_hour, t.tm_min, t.tm_sec, int(ms % 1000));
+  return fmt::format("{:04}-{:02}-{:02}T{:02}:{:02}:{:02}.{:03}Z", t.tm_year + 1900, t.tm_mon + 1, t.tm_mday, t.tm_hour,
+                     t.tm_min, t.tm_sec, int(ms % 1000));
 }
 
 }  // namespace
 
 nlohmann::json auditToJson(const AuditRecord& r) {
-  nlohmann::json j{{"time", nowIso()}, {"kind", r.kind}, {"sandbox", r.sandbox}, {"verdict", r.verdict},
-                   {"rule", r.rule}, {"reason", r.reason}};
+  nlohmann::json j{{"time", nowIso()},     {"kind", r.kind}, {"sandbox", r.sandbox},
+                   {"verdict", r.verdict}, {"rule", r.rule}, {"reason", r.reason}};
   auto opt = [&](const char* k, const std::string& v) {
     if (!v.empty()) j[k] = v;
   };

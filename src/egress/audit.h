@@ -6,10 +6,9 @@
 #include <cstdio>
 #include <map>
 #include <mutex>
+#include <nlohmann/json_fwd.hpp>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json_fwd.hpp>
 
 #include "common/result.h"
 
@@ -22,8 +21,8 @@ struct AuditRecord {
   std::string verdict;  // "allow", "deny", "intercept", "error"
   std::string rule;
   std::string reason;
-  std::string mode;     // "transparent", "connect", "http-proxy"
-  std::string name;     // normalised name decided on (CONNECT host, Host, DNS question)
+  std::string mode;  // "transparent", "connect", "http-proxy"
+  std::string name;  // normalised name decided on (CONNECT host, Host, DNS question)
   std::string sni;
   std::vector<std::string> resolved;  // addresses the name resolved to (after pinning)
   std::string used;                   // address:port the gateway connected to
@@ -32,7 +31,7 @@ struct AuditRecord {
   uint64_t bytes_up = 0;
   uint64_t bytes_down = 0;
   double duration_ms = -1;
-  std::vector<std::string> secrets;   // names of injected secrets
+  std::vector<std::string> secrets;  // names of injected secrets
 };
 
 nlohmann::json auditToJson(const AuditRecord& r);

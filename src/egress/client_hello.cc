@@ -71,9 +71,7 @@ Result<ClientHello> parseBody(std::span<const uint8_t> body) {
 
 }  // namespace
 
-bool looksLikeTls(std::span<const uint8_t> bytes) {
-  return bytes.size() >= 2 && bytes[0] == 0x16 && bytes[1] == 0x03;
-}
+bool looksLikeTls(std::span<const uint8_t> bytes) { return bytes.size() >= 2 && bytes[0] == 0x16 && bytes[1] == 0x03; }
 
 Result<ParseResult> parseClientHello(std::span<const uint8_t> bytes) {
   // Reassemble handshake bytes from consecutive handshake records until the ClientHello is complete.

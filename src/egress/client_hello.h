@@ -1,5 +1,5 @@
 // Reads the server name from a TLS ClientHello without terminating TLS (transparent mode). Hand-written
-// and strict (docs/decisions/0004-egress-parsers.md); fuzzed by tests/fuzz/client_hello_fuzz.cc.
+// and strict (docs/decisions/0004-egress-gateway.md); fuzzed by tests/fuzz/client_hello_fuzz.cc.
 #pragma once
 
 #include <cstdint>

@@ -12,18 +12,30 @@ Result<Config> parseConfig(const nlohmann::json& j) {
   Config c;
   try {
     for (const auto& [k, v] : j.items()) {
-      if (k == "control_socket") c.control_socket = v.get<std::string>();
-      else if (k == "transparent_listen") c.transparent_listen = v.get<std::string>();
-      else if (k == "proxy_listen") c.proxy_listen = v.get<std::string>();
-      else if (k == "dns_listen") c.dns_listen = v.get<std::string>();
-      else if (k == "upstream_resolvers") c.upstream_resolvers = v.get<std::string>();
-      else if (k == "upstream_ca_file") c.upstream_ca_file = v.get<std::string>();
-      else if (k == "audit_log") c.audit_log = v.get<std::string>();
-      else if (k == "max_connections") c.max_connections = v.get<size_t>();
-      else if (k == "max_connections_per_sandbox") c.max_connections_per_sandbox = v.get<size_t>();
-      else if (k == "handshake_timeout_ms") c.handshake_timeout = std::chrono::milliseconds(v.get<uint32_t>());
-      else if (k == "idle_timeout_ms") c.idle_timeout = std::chrono::milliseconds(v.get<uint32_t>());
-      else if (k == "detect_host_addresses") c.detect_host_addresses = v.get<bool>();
+      if (k == "control_socket")
+        c.control_socket = v.get<std::string>();
+      else if (k == "transparent_listen")
+        c.transparent_listen = v.get<std::string>();
+      else if (k == "proxy_listen")
+        c.proxy_listen = v.get<std::string>();
+      else if (k == "dns_listen")
+        c.dns_listen = v.get<std::string>();
+      else if (k == "upstream_resolvers")
+        c.upstream_resolvers = v.get<std::string>();
+      else if (k == "upstream_ca_file")
+        c.upstream_ca_file = v.get<std::string>();
+      else if (k == "audit_log")
+        c.audit_log = v.get<std::string>();
+      else if (k == "max_connections")
+        c.max_connections = v.get<size_t>();
+      else if (k == "max_connections_per_sandbox")
+        c.max_connections_per_sandbox = v.get<size_t>();
+      else if (k == "handshake_timeout_ms")
+        c.handshake_timeout = std::chrono::milliseconds(v.get<uint32_t>());
+      else if (k == "idle_timeout_ms")
+        c.idle_timeout = std::chrono::milliseconds(v.get<uint32_t>());
+      else if (k == "detect_host_addresses")
+        c.detect_host_addresses = v.get<bool>();
       else if (k == "host_addresses") {
         for (const auto& a : v) {
           ASSIGN_OR_RETURN(auto ip, parseIp(a.get<std::string>()));
@@ -39,7 +51,8 @@ Result<Config> parseConfig(const nlohmann::json& j) {
         for (const auto& a : v) {
           std::string s = a.get<std::string>();
           size_t colon = s.rfind(':');
-          if (colon == std::string::npos) return makeError(ErrorKind::kInvalidArgument, "listener '{}' needs a port", s);
+          if (colon == std::string::npos)
+            return makeError(ErrorKind::kInvalidArgument, "listener '{}' needs a port", s);
           std::string host = s.substr(0, colon);
           if (host.size() > 2 && host.front() == '[') host = host.substr(1, host.size() - 2);
           ASSIGN_OR_RETURN(auto ip, parseIp(host));

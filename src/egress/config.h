@@ -3,10 +3,9 @@
 #pragma once
 
 #include <chrono>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "common/result.h"
 #include "egress/address.h"
@@ -25,7 +24,7 @@ struct Config {
   size_t max_connections_per_sandbox = 256;
   std::chrono::milliseconds handshake_timeout{10000};
   std::chrono::milliseconds idle_timeout{300000};
-  bool detect_host_addresses = true;    // add every address of every host interface to the lateral list
+  bool detect_host_addresses = true;      // add every address of every host interface to the lateral list
   std::vector<IpAddress> host_addresses;  // more lateral addresses
   std::vector<Cidr> sandbox_pools;        // the sandbox address pool(s): lateral as a whole
   std::vector<HostFacts::Listener> protected_listeners;  // e.g. spaced's TCP API

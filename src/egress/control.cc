@@ -3,11 +3,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include <utility>  // before Asio: 1.74's awaitable.hpp uses std::exchange without including it
-
-#include <boost/asio.hpp>
 #include <nlohmann/json.hpp>
 
+#include "egress/asio.h"
 #include "egress/names.h"
 
 namespace space::egress {
@@ -138,7 +136,8 @@ nlohmann::json handleControl(Registry& registry, Audit& audit, const nlohmann::j
     }
     if (req.contains("secrets")) {
       std::vector<SecretBinding> secrets;
-      if (!req["secrets"].is_array()) return errorReply(Error{ErrorKind::kInvalidArgument, 0, "secrets must be an array"});
+      if (!req["secrets"].is_array())
+        return errorReply(Error{ErrorKind::kInvalidArgument, 0, "secrets must be an array"});
       for (const auto& s : req["secrets"]) {
         auto b = parseSecret(s);
         if (!b) return errorReply(b.error());
@@ -171,10 +170,12 @@ nlohmann::json handleControl(Registry& registry, Audit& audit, const nlohmann::j
     for (const auto& c : sb->sources) sources.push_back(c.str());
     for (const auto& b : sb->secrets)  // never the value
       secrets.push_back({{"name", b.name}, {"hosts", b.hosts}, {"header", b.header}, {"format", b.format}});
-    return {{"ok", true}, {"id", sb->id}, {"sources", sources}, {"policy", policyToJson(sb->policy)},
+    return {{"ok", true},         {"id", sb->id},
+            {"sources", sources}, {"policy", policyToJson(sb->policy)},
             {"secrets", secrets}, {"ca_cert_pem", sb->ca->certPem()}};
   }
-  if (op == "stats") return {{"ok", true}, {"verdicts", audit.countersByVerdict()}, {"denials", audit.countersByReason()}};
+  if (op == "stats")
+    return {{"ok", true}, {"verdicts", audit.countersByVerdict()}, {"denials", audit.countersByReason()}};
   return errorReply(Error{ErrorKind::kInvalidArgument, 0, fmt::format("unknown op '{}'", op)});
 }
 
@@ -204,8 +205,10 @@ struct ControlServer::Impl {
       buf.erase(0, nl + 1);
       nlohmann::json reply;
       auto req = nlohmann::json::parse(line, nullptr, false);
-      if (req.is_discarded()) reply = errorReply(Error{ErrorKind::kInvalidArgument, 0, "not JSON"});
-      else reply = handleControl(registry, audit, req);
+      if (req.is_discarded())
+        reply = errorReply(Error{ErrorKind::kInvalidArgument, 0, "not JSON"});
+      else
+        reply = handleControl(registry, audit, req);
       std::string out = reply.dump() + "\n";
       co_await asio::async_write(s, asio::buffer(out), asio::redirect_error(asio::use_awaitable, ec));
       if (ec) co_return;

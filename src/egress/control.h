@@ -4,12 +4,11 @@
 #pragma once
 
 #include <memory>
+#include <nlohmann/json_fwd.hpp>
 #include <string>
 
-#include <boost/asio/io_context.hpp>
-#include <nlohmann/json_fwd.hpp>
-
 #include "common/result.h"
+#include "egress/asio.h"
 #include "egress/audit.h"
 #include "egress/registry.h"
 

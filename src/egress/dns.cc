@@ -1,11 +1,7 @@
 // The sandbox resolver: answers A/AAAA only for names the sandbox's policy allows, from the pinned host-side
 // resolution, with only the addresses that policy would let it connect to. Everything else is NXDOMAIN and
 // nothing about it leaves the host (E16): a denied name is never forwarded upstream.
-#include <utility>  // before Asio (see proxy_impl.h)
-
-#include <boost/asio/co_spawn.hpp>
-#include <boost/asio/detached.hpp>
-
+#include "egress/asio.h"
 #include "egress/dns_message.h"
 #include "egress/names.h"
 #include "egress/proxy_impl.h"
@@ -101,8 +97,7 @@ awaitable<void> answerQuery(Gateway::Impl& g, std::shared_ptr<const Sandbox> sb,
   }
   // TTL: what is left of the pin, so the sandbox asks again only when the gateway would resolve again.
   uint32_t ttl = uint32_t(pinned->remaining.count());
-  finish("allow", d.rule,
-         answers.empty() && !first_denial.empty() ? "answers withheld: " + first_denial : "answered");
+  finish("allow", d.rule, answers.empty() && !first_denial.empty() ? "answers withheld: " + first_denial : "answered");
   send(dns::buildResponse(*q, dns::kNoError, answers, ttl));
 }
 

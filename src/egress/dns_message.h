@@ -1,5 +1,5 @@
 // DNS wire format, only as much as the sandbox resolver needs: one question in, A/AAAA answers out.
-// Hand-written and strict (docs/decisions/0004-egress-parsers.md): the input is the sandbox's, and the
+// Hand-written and strict (docs/decisions/0004-egress-gateway.md): the input is the sandbox's, and the
 // parser is fuzzed by tests/fuzz/dns_fuzz.cc.
 #pragma once
 

@@ -58,7 +58,8 @@ Result<std::vector<Header>> parseHeaders(const std::vector<std::string_view>& li
     std::string_view value = trim(l.substr(colon + 1));
     for (char c : value) {
       auto u = static_cast<unsigned char>(c);
-      if ((u < 0x20 && c != '\t') || u == 0x7f) return tl::unexpected(bad("control character in a header value").error());
+      if ((u < 0x20 && c != '\t') || u == 0x7f)
+        return tl::unexpected(bad("control character in a header value").error());
     }
     out.push_back({std::string(name), std::string(value)});
   }
@@ -162,9 +163,12 @@ Result<RequestHead> parseRequestHead(std::string_view head) {
     auto u = static_cast<unsigned char>(c);
     if (u <= 0x20 || u >= 0x7f) return tl::unexpected(bad("control, space or non-ASCII byte in the target").error());
   }
-  if (version == "HTTP/1.1") r.minor_version = 1;
-  else if (version == "HTTP/1.0") r.minor_version = 0;
-  else return tl::unexpected(bad("version").error());
+  if (version == "HTTP/1.1")
+    r.minor_version = 1;
+  else if (version == "HTTP/1.0")
+    r.minor_version = 0;
+  else
+    return tl::unexpected(bad("version").error());
   ASSIGN_OR_RETURN(r.headers, parseHeaders(lines));
   size_t hosts = countIn(r.headers, "Host");
   if (hosts > 1) return tl::unexpected(bad("duplicate Host").error());
@@ -350,14 +354,16 @@ Result<size_t> ChunkedDecoder::feed(std::string_view in, std::string* out) {
       case State::kTrailerLf:
         if (c != '\n') return tl::unexpected(bad("trailer line").error());
         ++i;
-        if (line_.empty()) state_ = State::kDone;
+        if (line_.empty())
+          state_ = State::kDone;
         else {
           out->push_back('\n');
           line_.clear();
           state_ = State::kTrailer;
         }
         break;
-      case State::kDone: break;
+      case State::kDone:
+        break;
     }
   }
   return i;

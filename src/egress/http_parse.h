@@ -19,8 +19,8 @@ constexpr size_t kMaxHead = 32 * 1024;
 constexpr size_t kMaxHeaders = 100;
 
 struct Header {
-  std::string name;  // as sent
-  std::string value; // optional whitespace trimmed
+  std::string name;   // as sent
+  std::string value;  // optional whitespace trimmed
 };
 
 enum class BodyKind { kNone, kLength, kChunked, kUntilClose };

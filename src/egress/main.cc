@@ -8,9 +8,7 @@
 #include <cstring>
 #include <string>
 
-#include <utility>  // before Asio (see proxy_impl.h)
-#include <boost/asio.hpp>
-
+#include "egress/asio.h"
 #include "egress/audit.h"
 #include "egress/config.h"
 #include "egress/control.h"
@@ -34,8 +32,10 @@ int main(int argc, char** argv) {
   std::string config_path, control_override;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
-    if (a == "--config" && i + 1 < argc) config_path = argv[++i];
-    else if (a == "--control-socket" && i + 1 < argc) control_override = argv[++i];
+    if (a == "--config" && i + 1 < argc)
+      config_path = argv[++i];
+    else if (a == "--control-socket" && i + 1 < argc)
+      control_override = argv[++i];
     else {
       usage();
       return 2;

@@ -48,7 +48,8 @@ Result<std::string> normalizeName(std::string_view in) {
     char* out = nullptr;
     int rc = idn2_lookup_u8(reinterpret_cast<const uint8_t*>(name.c_str()), reinterpret_cast<uint8_t**>(&out),
                             IDN2_NFC_INPUT | IDN2_NONTRANSITIONAL);
-    if (rc != IDN2_OK) return makeError(ErrorKind::kInvalidArgument, "invalid internationalised name: {}", idn2_strerror(rc));
+    if (rc != IDN2_OK)
+      return makeError(ErrorKind::kInvalidArgument, "invalid internationalised name: {}", idn2_strerror(rc));
     name = out;
     idn2_free(out);
     for (char& c : name)

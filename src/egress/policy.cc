@@ -1,7 +1,6 @@
 #include "egress/policy.h"
 
 #include <algorithm>
-
 #include <nlohmann/json.hpp>
 
 #include "egress/names.h"
@@ -10,9 +9,12 @@ namespace space::egress {
 
 const char* modeName(Mode m) {
   switch (m) {
-    case Mode::kDenyAll: return "deny-all";
-    case Mode::kAllowList: return "allow-list";
-    case Mode::kAllowAllPublic: return "allow-all-public";
+    case Mode::kDenyAll:
+      return "deny-all";
+    case Mode::kAllowList:
+      return "allow-list";
+    case Mode::kAllowAllPublic:
+      return "allow-all-public";
   }
   return "deny-all";
 }
@@ -31,8 +33,8 @@ bool Rule::portMatches(uint16_t port) const {
 }
 
 std::string Rule::describe() const {
-  std::string s = fmt::format("{} {} {}", allow ? "allow" : "deny", cidr ? "cidr" : "domain",
-                              cidr ? cidr->str() : domain);
+  std::string s =
+      fmt::format("{} {} {}", allow ? "allow" : "deny", cidr ? "cidr" : "domain", cidr ? cidr->str() : domain);
   if (!ports.empty()) {
     s += " port ";
     for (size_t i = 0; i < ports.size(); ++i) s += fmt::format("{}{}", i ? "," : "", ports[i]);
@@ -94,8 +96,10 @@ nlohmann::json policyToJson(const Policy& p) {
   nlohmann::json rules = nlohmann::json::array();
   for (const auto& r : p.rules) {
     nlohmann::json j{{"action", r.allow ? "allow" : "deny"}};
-    if (r.cidr) j["cidr"] = r.cidr->str();
-    else j["domain"] = r.domain;
+    if (r.cidr)
+      j["cidr"] = r.cidr->str();
+    else
+      j["domain"] = r.domain;
     if (!r.ports.empty()) j["ports"] = r.ports;
     rules.push_back(j);
   }
@@ -115,8 +119,8 @@ const Rule* findDomainRule(const Policy& p, bool allow_rule, std::string_view na
 }
 
 // A CIDR rule matches the address as given or its unwrapped IPv4 form.
-const Rule* findCidrRule(const Policy& p, bool allow_rule, const IpAddress& ip, const IpAddress& judged,
-                         uint16_t port, bool explicit_port_for_25) {
+const Rule* findCidrRule(const Policy& p, bool allow_rule, const IpAddress& ip, const IpAddress& judged, uint16_t port,
+                         bool explicit_port_for_25) {
   for (const auto& r : p.rules) {
     if (r.allow != allow_rule || !r.cidr || !r.portMatches(port)) continue;
     if (explicit_port_for_25 && std::find(r.ports.begin(), r.ports.end(), uint16_t{25}) == r.ports.end()) continue;

@@ -3,12 +3,11 @@
 #pragma once
 
 #include <cstdint>
+#include <nlohmann/json_fwd.hpp>
 #include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
-
-#include <nlohmann/json_fwd.hpp>
 
 #include "common/result.h"
 #include "egress/address.h"
@@ -24,9 +23,9 @@ const char* verdictName(Verdict v);
 
 struct Rule {
   bool allow = true;
-  std::string domain;          // normalised; "*.suffix" or exact; empty for a CIDR rule
-  std::optional<Cidr> cidr;    // set for a CIDR rule
-  std::vector<uint16_t> ports; // empty: any port
+  std::string domain;           // normalised; "*.suffix" or exact; empty for a CIDR rule
+  std::optional<Cidr> cidr;     // set for a CIDR rule
+  std::vector<uint16_t> ports;  // empty: any port
 
   bool portMatches(uint16_t port) const;  // port 0 (unknown, e.g. DNS) matches any rule
   std::string describe() const;           // "allow domain *.example.com port 443"

@@ -1,10 +1,6 @@
 #include "egress/proxy.h"
 
-#include <utility>  // before Asio (see proxy_impl.h)
-
-#include <boost/asio/co_spawn.hpp>
-#include <boost/asio/detached.hpp>
-
+#include "egress/asio.h"
 #include "egress/client_hello.h"
 #include "egress/proxy_http.h"
 #include "sys/netfilter.h"
@@ -32,24 +28,38 @@ IpAddress fromEndpoint(const tcp::endpoint& ep) {
 }
 
 std::string refusal(int status, std::string_view reason) {
-  const char* text = status == 403 ? "Forbidden" : status == 400 ? "Bad Request" : status == 405 ? "Method Not Allowed"
-                   : status == 502 ? "Bad Gateway" : status == 503 ? "Service Unavailable" : "Error";
+  const char* text = status == 403   ? "Forbidden"
+                     : status == 400 ? "Bad Request"
+                     : status == 405 ? "Method Not Allowed"
+                     : status == 502 ? "Bad Gateway"
+                     : status == 503 ? "Service Unavailable"
+                                     : "Error";
   std::string body = fmt::format("space-egress: {}\n", reason);
-  return fmt::format("HTTP/1.1 {} {}\r\nContent-Type: text/plain\r\nX-Space-Egress: refused\r\nContent-Length: {}\r\n"
-                     "Connection: close\r\n\r\n{}",
-                     status, text, body.size(), body);
+  return fmt::format(
+      "HTTP/1.1 {} {}\r\nContent-Type: text/plain\r\nX-Space-Egress: refused\r\nContent-Length: {}\r\n"
+      "Connection: close\r\n\r\n{}",
+      status, text, body.size(), body);
 }
 
 Result<tcp::endpoint> parseListenAddress(const std::string& text) {
   size_t colon = text.rfind(':');
-  if (colon == std::string::npos) return makeError(ErrorKind::kInvalidArgument, "listen address '{}' needs a port", text);
+  if (colon == std::string::npos)
+    return makeError(ErrorKind::kInvalidArgument, "listen address '{}' needs a port", text);
   std::string host = text.substr(0, colon);
   if (host.size() >= 2 && host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);
   ASSIGN_OR_RETURN(auto ip, parseIp(host));
   std::string port = text.substr(colon + 1);
-  if (port.empty() || port.size() > 5 || port.find_first_not_of("0123456789") != std::string::npos || std::stoi(port) > 65535)
+  if (port.empty() || port.size() > 5 || port.find_first_not_of("0123456789") != std::string::npos ||
+      std::stoi(port) > 65535)
     return makeError(ErrorKind::kInvalidArgument, "bad port in '{}'", text);
   return toEndpoint(ip, uint16_t(std::stoi(port)));
+}
+
+void Conn::finishAudit() {
+  if (audited || rec.verdict.empty()) return;
+  audited = true;
+  rec.duration_ms = std::chrono::duration<double, std::milli>(Clock::now() - start).count();
+  g.audit.write(rec);
 }
 
 Conn::~Conn() {
@@ -57,10 +67,7 @@ Conn::~Conn() {
     --g.active;
     if (sb && --g.active_per_sandbox[sb->id] == 0) g.active_per_sandbox.erase(sb->id);
   }
-  if (!rec.verdict.empty()) {
-    rec.duration_ms = std::chrono::duration<double, std::milli>(Clock::now() - start).count();
-    g.audit.write(rec);
-  }
+  finishAudit();
 }
 
 awaitable<void> watchdog(std::weak_ptr<Conn> weak) {
@@ -148,8 +155,10 @@ awaitable<Decision> decideTarget(Conn& c, std::string host, std::optional<IpAddr
   for (const auto& a : pinned->addresses) {
     c.rec.resolved.push_back(a.str());
     Decision ad = decideAnswer(policy, ctx, a, port);
-    if (ad.allowed()) vetted.push_back(a);
-    else if (first_denial.rule.empty()) first_denial = ad;
+    if (ad.allowed())
+      vetted.push_back(a);
+    else if (first_denial.rule.empty())
+      first_denial = ad;
   }
   if (dst) {
     // Transparent: the sandbox chose the address; it must be one the gateway vetted for this name (E5, E10).
@@ -173,9 +182,9 @@ namespace {
 struct Peeked {
   bool tls = false;
   bool http = false;
-  std::string sni;           // TLS
-  std::string host;          // HTTP Host (host part)
-  std::string error;         // neither, or malformed
+  std::string sni;    // TLS
+  std::string host;   // HTTP Host (host part)
+  std::string error;  // neither, or malformed
 };
 
 awaitable<Peeked> peekFirstBytes(Conn& c, uint16_t default_port) {
@@ -280,8 +289,8 @@ awaitable<void> intercept(std::shared_ptr<Conn> c, std::string name, uint16_t po
     c->rec.reason = fmt::format("upstream TLS to {} failed verification or handshake: {}", name, ec.message());
     co_return;
   }
-  auto leaf = c->sb->ca ? c->sb->ca->serverContext(name) : Result<std::shared_ptr<SSL_CTX>>(makeError(
-                                                                 ErrorKind::kInternal, "sandbox has no CA"));
+  auto leaf = c->sb->ca ? c->sb->ca->serverContext(name)
+                        : Result<std::shared_ptr<SSL_CTX>>(makeError(ErrorKind::kInternal, "sandbox has no CA"));
   if (!leaf) {
     c->rec.verdict = "error";
     c->rec.reason = leaf.error().message;
@@ -317,16 +326,19 @@ void denyRecord(Conn& c, const Decision& d) {
 }
 
 // After the decision: connect to the vetted address, then splice, relay HTTP, or intercept.
-awaitable<void> connectAndServe(std::shared_ptr<Conn> c, const Decision& d, IpAddress ip, uint16_t port,
-                                bool tls, std::string name, bool plain_http, std::string already_read,
-                                RelayMode mode, std::string connect_reply) {
+awaitable<void> connectAndServe(std::shared_ptr<Conn> c, const Decision& d, IpAddress ip, uint16_t port, bool tls,
+                                std::string name, bool plain_http, std::string already_read, RelayMode mode,
+                                std::string connect_reply) {
   boost::system::error_code ec;
   co_await c->upstream.async_connect(toEndpoint(ip, port), asio::redirect_error(use_awaitable, ec));
   if (ec) {
     c->rec.verdict = "error";
     c->rec.rule = d.rule;
     c->rec.reason = fmt::format("connect {}: {}", ip.str(), ec.message());
-    if (!connect_reply.empty() || plain_http) { const std::string msg = refusal(502, c->rec.reason); co_await writeAll(c->client, msg, *c); }
+    if (!connect_reply.empty() || plain_http) {
+      const std::string msg = refusal(502, c->rec.reason);
+      co_await writeAll(c->client, msg, *c);
+    }
     co_return;
   }
   allowRecord(*c, d, ip, port);
@@ -389,7 +401,10 @@ awaitable<void> Gateway::Impl::transparentSession(std::shared_ptr<Conn> c) {
     Decision d = co_await decideTarget(*c, no_host, dst, port, &chosen);
     if (!d.allowed()) {
       denyRecord(*c, d);
-      if (p.http) { const std::string msg = refusal(403, d.reason); co_await writeAll(c->client, msg, *c); }
+      if (p.http) {
+        const std::string msg = refusal(403, d.reason);
+        co_await writeAll(c->client, msg, *c);
+      }
       co_return;
     }
     std::string none;
@@ -401,7 +416,10 @@ awaitable<void> Gateway::Impl::transparentSession(std::shared_ptr<Conn> c) {
   Decision d = co_await decideTarget(*c, host, dst, port, &chosen);
   if (!d.allowed()) {
     denyRecord(*c, d);
-    if (p.http) { const std::string msg = refusal(403, d.reason); co_await writeAll(c->client, msg, *c); }
+    if (p.http) {
+      const std::string msg = refusal(403, d.reason);
+      co_await writeAll(c->client, msg, *c);
+    }
     co_return;
   }
   std::string name = c->rec.name;  // normalised by decideTarget; empty for an address literal
@@ -417,14 +435,20 @@ awaitable<void> Gateway::Impl::proxySession(std::shared_ptr<Conn> c) {
   if (!len || *len == 0) {
     if (!len) {
       denyRecord(*c, Decision{Verdict::kDeny, "http-strict", len.error().message});
-      { const std::string msg = refusal(400, len.error().message); co_await writeAll(c->client, msg, *c); }
+      {
+        const std::string msg = refusal(400, len.error().message);
+        co_await writeAll(c->client, msg, *c);
+      }
     }
     co_return;
   }
   auto head = http::parseRequestHead(std::string_view(buf).substr(0, *len));
   if (!head) {
     denyRecord(*c, Decision{Verdict::kDeny, "http-strict", head.error().message});
-    { const std::string msg = refusal(400, head.error().message); co_await writeAll(c->client, msg, *c); }
+    {
+      const std::string msg = refusal(400, head.error().message);
+      co_await writeAll(c->client, msg, *c);
+    }
     co_return;
   }
   if (head->method == "CONNECT") {
@@ -432,12 +456,18 @@ awaitable<void> Gateway::Impl::proxySession(std::shared_ptr<Conn> c) {
     auto a = http::parseAuthority(head->target, 0);
     if (!a) {
       denyRecord(*c, Decision{Verdict::kDeny, "malformed-host", a.error().message});
-      { const std::string msg = refusal(400, a.error().message); co_await writeAll(c->client, msg, *c); }
+      {
+        const std::string msg = refusal(400, a.error().message);
+        co_await writeAll(c->client, msg, *c);
+      }
       co_return;
     }
     if (buf.size() != *len) {
       denyRecord(*c, Decision{Verdict::kDeny, "http-strict", "bytes after CONNECT before the tunnel was granted"});
-      { const std::string msg = refusal(400, "bytes after CONNECT"); co_await writeAll(c->client, msg, *c); }
+      {
+        const std::string msg = refusal(400, "bytes after CONNECT");
+        co_await writeAll(c->client, msg, *c);
+      }
       co_return;
     }
     std::string host = a->bracketed ? "[" + a->host + "]" : a->host;
@@ -445,7 +475,10 @@ awaitable<void> Gateway::Impl::proxySession(std::shared_ptr<Conn> c) {
     Decision d = co_await decideTarget(*c, host, std::nullopt, a->port, &chosen);
     if (!d.allowed()) {
       denyRecord(*c, d);
-      { const std::string msg = refusal(403, d.reason); co_await writeAll(c->client, msg, *c); }
+      {
+        const std::string msg = refusal(403, d.reason);
+        co_await writeAll(c->client, msg, *c);
+      }
       co_return;
     }
     std::string name = c->rec.name;
@@ -454,7 +487,10 @@ awaitable<void> Gateway::Impl::proxySession(std::shared_ptr<Conn> c) {
     if (ec) {
       c->rec.verdict = "error";
       c->rec.reason = fmt::format("connect {}: {}", chosen.str(), ec.message());
-      { const std::string msg = refusal(502, c->rec.reason); co_await writeAll(c->client, msg, *c); }
+      {
+        const std::string msg = refusal(502, c->rec.reason);
+        co_await writeAll(c->client, msg, *c);
+      }
       co_return;
     }
     allowRecord(*c, d, chosen, a->port);
@@ -494,7 +530,10 @@ awaitable<void> Gateway::Impl::proxySession(std::shared_ptr<Conn> c) {
   auto t = http::parseAbsoluteTarget(head->target);
   if (!t) {
     denyRecord(*c, Decision{Verdict::kDeny, "url", t.error().message});
-    { const std::string msg = refusal(400, t.error().message); co_await writeAll(c->client, msg, *c); }
+    {
+      const std::string msg = refusal(400, t.error().message);
+      co_await writeAll(c->client, msg, *c);
+    }
     co_return;
   }
   std::string host = t->authority.bracketed ? "[" + t->authority.host + "]" : t->authority.host;
@@ -502,7 +541,10 @@ awaitable<void> Gateway::Impl::proxySession(std::shared_ptr<Conn> c) {
   Decision d = co_await decideTarget(*c, host, std::nullopt, t->authority.port, &chosen);
   if (!d.allowed()) {
     denyRecord(*c, d);
-    { const std::string msg = refusal(403, d.reason); co_await writeAll(c->client, msg, *c); }
+    {
+      const std::string msg = refusal(403, d.reason);
+      co_await writeAll(c->client, msg, *c);
+    }
     co_return;
   }
   std::string name = c->rec.name;
@@ -545,14 +587,17 @@ awaitable<void> Gateway::Impl::acceptLoop(tcp::acceptor& acceptor, bool transpar
         io,
         [this, c, transparent_mode]() -> awaitable<void> {
           try {
-            if (transparent_mode) co_await transparentSession(c);
-            else co_await proxySession(c);
+            if (transparent_mode)
+              co_await transparentSession(c);
+            else
+              co_await proxySession(c);
           } catch (const std::exception& e) {
             if (c->rec.verdict.empty()) {
               c->rec.verdict = "error";
               c->rec.reason = e.what();
             }
           }
+          c->finishAudit();
           c->closeAll();
         },
         asio::detached);
@@ -570,7 +615,9 @@ void Gateway::stop() {
   if (impl_->dns) impl_->dns->close(ec);
 }
 
-uint16_t Gateway::transparentPort() const { return impl_->transparent ? impl_->transparent->local_endpoint().port() : 0; }
+uint16_t Gateway::transparentPort() const {
+  return impl_->transparent ? impl_->transparent->local_endpoint().port() : 0;
+}
 uint16_t Gateway::proxyPort() const { return impl_->proxy ? impl_->proxy->local_endpoint().port() : 0; }
 uint16_t Gateway::dnsPort() const { return impl_->dns ? impl_->dns->local_endpoint().port() : 0; }
 size_t Gateway::activeConnections() const { return impl_->active; }

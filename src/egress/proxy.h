@@ -9,13 +9,9 @@
 #include <string>
 #include <vector>
 
-#include <utility>  // before Asio: 1.74's awaitable.hpp uses std::exchange without including it
-
-#include <boost/asio/io_context.hpp>
-#include <boost/asio/ip/tcp.hpp>
-
 #include "common/result.h"
 #include "egress/address.h"
+#include "egress/asio.h"
 #include "egress/audit.h"
 #include "egress/registry.h"
 #include "egress/resolver.h"

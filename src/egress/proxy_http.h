@@ -13,11 +13,11 @@
 namespace space::egress {
 
 struct RelayMode {
-  std::string name;        // the connection's normalised name; "" for an address-only connection
+  std::string name;  // the connection's normalised name; "" for an address-only connection
   uint16_t port = 0;
-  bool inject = false;     // intercepted TLS to a bound host
-  bool absolute = false;   // explicit proxy: requests carry absolute-form targets for name:port
-  std::string literal;     // the address as written when name is empty (explicit proxy to an IP)
+  bool inject = false;    // intercepted TLS to a bound host
+  bool absolute = false;  // explicit proxy: requests carry absolute-form targets for name:port
+  std::string literal;    // the address as written when name is empty (explicit proxy to an IP)
 };
 
 struct PlaceholderInBody {
@@ -220,11 +220,12 @@ awaitable<void> relayHttp(Conn& c, C& client, U& upstream, std::string cbuf, Rel
     PlaceholderScanner scanner(secrets);
     std::optional<size_t> blocked;
     try {
-      co_await pumpBody(client, cbuf, head.framing, c, [&](std::string_view raw, std::string_view decoded) -> awaitable<void> {
-        if (auto i = scanner.feed(decoded)) throw PlaceholderInBody{*i};
-        up += raw.size();
-        co_await writeAll(upstream, raw, c);
-      });
+      co_await pumpBody(client, cbuf, head.framing, c,
+                        [&](std::string_view raw, std::string_view decoded) -> awaitable<void> {
+                          if (auto i = scanner.feed(decoded)) throw PlaceholderInBody{*i};
+                          up += raw.size();
+                          co_await writeAll(upstream, raw, c);
+                        });
     } catch (const PlaceholderInBody& p) {
       blocked = p.secret;
     }
@@ -263,8 +264,8 @@ awaitable<void> relayHttp(Conn& c, C& client, U& upstream, std::string cbuf, Rel
     ValueRedactor redactor(secrets);
     bool has_body = resp.framing.kind != http::BodyKind::kNone;
     bool reframe = has_body && !redactor.empty();
-    bool close_after = head.minor_version == 0 || resp.minor_version == 0 ||
-                       resp.framing.kind == http::BodyKind::kUntilClose;
+    bool close_after =
+        head.minor_version == 0 || resp.minor_version == 0 || resp.framing.kind == http::BodyKind::kUntilClose;
     for (const auto* h : {head.find("Connection"), resp.find("Connection")})
       if (h && h->value.find("close") != std::string::npos) close_after = true;
     bool chunk_out = false;
@@ -282,18 +283,19 @@ awaitable<void> relayHttp(Conn& c, C& client, U& upstream, std::string cbuf, Rel
     if (close_after) resp.set("Connection", "close");
     const std::string response_head = resp.serialize();
     co_await writeAll(client, response_head, c);
-    co_await pumpBody(upstream, ubuf, resp.framing, c, [&](std::string_view raw, std::string_view decoded) -> awaitable<void> {
-      if (!reframe) {
-        down += raw.size();
-        co_await writeAll(client, raw, c);
-        co_return;
-      }
-      std::string out = redactor.feed(decoded);
-      if (out.empty()) co_return;
-      down += out.size();
-      if (chunk_out) out = fmt::format("{:x}\r\n{}\r\n", out.size(), out);
-      co_await writeAll(client, out, c);
-    });
+    co_await pumpBody(upstream, ubuf, resp.framing, c,
+                      [&](std::string_view raw, std::string_view decoded) -> awaitable<void> {
+                        if (!reframe) {
+                          down += raw.size();
+                          co_await writeAll(client, raw, c);
+                          co_return;
+                        }
+                        std::string out = redactor.feed(decoded);
+                        if (out.empty()) co_return;
+                        down += out.size();
+                        if (chunk_out) out = fmt::format("{:x}\r\n{}\r\n", out.size(), out);
+                        co_await writeAll(client, out, c);
+                      });
     if (reframe) {
       std::string out = redactor.finish();
       down += out.size();

@@ -2,15 +2,11 @@
 // awaitable helpers. Included only by proxy*.cc and dns.cc.
 #pragma once
 
-#include <utility>  // before Asio: 1.74's awaitable.hpp uses std::exchange without including it
-
-#include <boost/asio.hpp>
-#include <boost/asio/ssl.hpp>
-
 #include <map>
 #include <memory>
 #include <string>
 
+#include "egress/asio.h"
 #include "egress/policy.h"
 #include "egress/proxy.h"
 
@@ -67,12 +63,16 @@ struct Conn : std::enable_shared_from_this<Conn> {
   std::chrono::milliseconds timeout;
   bool closed = false;
   bool counted = false;
+  bool audited = false;
 
   Conn(Gateway::Impl& gi, tcp::socket s)
       : g(gi), client(std::move(s)), upstream(gi.io), timeout(gi.opts.handshake_timeout) {}
   ~Conn();
 
   void touch() { last = Clock::now(); }
+  // Writes the connection's audit line once. Called before the sockets close, so that whoever sees the
+  // connection end can already read why.
+  void finishAudit();
   void closeAll() {
     closed = true;
     boost::system::error_code ec;

@@ -68,8 +68,8 @@ class CaresResolver final : public Resolver {
     std::unique_ptr<Request> req(static_cast<Request*>(arg));
     if (status != ARES_SUCCESS) {
       if (res) ares_freeaddrinfo(res);
-      ErrorKind kind = (status == ARES_ENOTFOUND || status == ARES_ENODATA) ? ErrorKind::kNotFound
-                                                                              : ErrorKind::kUnavailable;
+      ErrorKind kind =
+          (status == ARES_ENOTFOUND || status == ARES_ENODATA) ? ErrorKind::kNotFound : ErrorKind::kUnavailable;
       req->done(makeError(kind, "resolve {}: {}", req->name, ares_strerror(status)));
       return;
     }
@@ -160,8 +160,7 @@ std::optional<NameCache::Pinned> NameCache::peek(const std::string& name) {
   auto it = entries_.find(name);
   auto now = now_();
   if (it == entries_.end() || it->second.resolving || it->second.expires <= now) return std::nullopt;
-  return Pinned{it->second.addresses,
-                std::chrono::duration_cast<std::chrono::seconds>(it->second.expires - now)};
+  return Pinned{it->second.addresses, std::chrono::duration_cast<std::chrono::seconds>(it->second.expires - now)};
 }
 
 void NameCache::lookup(const std::string& name, std::function<void(Result<Pinned>)> done) {

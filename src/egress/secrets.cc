@@ -126,7 +126,8 @@ std::optional<size_t> PlaceholderScanner::feed(std::string_view data) {
   if (!hit && decoded.find('%') != std::string::npos) {
     std::string twice;
     for (size_t i = 0; i < decoded.size(); ++i) {
-      if (decoded[i] == '%' && i + 2 < decoded.size() && hexValue(decoded[i + 1]) >= 0 && hexValue(decoded[i + 2]) >= 0) {
+      if (decoded[i] == '%' && i + 2 < decoded.size() && hexValue(decoded[i + 1]) >= 0 &&
+          hexValue(decoded[i + 2]) >= 0) {
         twice += char(hexValue(decoded[i + 1]) * 16 + hexValue(decoded[i + 2]));
         i += 2;
       } else {

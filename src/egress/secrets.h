@@ -20,7 +20,7 @@ struct SecretBinding {
   std::string value;               // the real value; never logged
   std::vector<std::string> hosts;  // normalised names, exact or "*.suffix"
   std::string header = "Authorization";
-  std::string format;              // "" = replace the placeholder inside the header; "Bearer {}" = set it
+  std::string format;  // "" = replace the placeholder inside the header; "Bearer {}" = set it
 
   bool boundTo(std::string_view host) const;
 };
@@ -45,7 +45,7 @@ class PlaceholderScanner {
   };
   std::optional<size_t> search(const std::string& window, bool decoded);
   std::vector<Pattern> patterns_;
-  size_t keep_ = 0;        // bytes of context kept between feeds
+  size_t keep_ = 0;  // bytes of context kept between feeds
   std::string raw_tail_;
   std::string decoded_tail_;
   std::string pending_escape_;  // an incomplete "%X" at the end of the last feed
@@ -69,7 +69,7 @@ class ValueRedactor {
  public:
   explicit ValueRedactor(const std::vector<SecretBinding>& secrets);
   std::string feed(std::string_view data);
-  std::string finish();  // flushes what was held back
+  std::string finish();                           // flushes what was held back
   std::string redactAll(std::string_view whole);  // for header values: feed + finish on a fresh state
 
   bool empty() const { return pairs_.empty(); }

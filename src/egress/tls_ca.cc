@@ -85,8 +85,7 @@ Result<std::shared_ptr<CertAuthority>> CertAuthority::generate(const std::string
   X509_NAME_add_entry_by_txt(name, "CN", MBSTRING_ASC, reinterpret_cast<const unsigned char*>(cn.c_str()), -1, -1, 0);
   X509_set_issuer_name(c, name);
   if (!addExt(c, c, NID_basic_constraints, "critical,CA:TRUE,pathlen:0") ||
-      !addExt(c, c, NID_key_usage, "critical,keyCertSign,cRLSign") ||
-      !addExt(c, c, NID_subject_key_identifier, "hash"))
+      !addExt(c, c, NID_key_usage, "critical,keyCertSign,cRLSign") || !addExt(c, c, NID_subject_key_identifier, "hash"))
     return sslError("CA extensions");
   if (!X509_sign(c, ca->key_, EVP_sha256())) return sslError("sign CA");
   return ca;

@@ -56,16 +56,16 @@ std::string ruleset(const EgressPorts& p) {
 }}
 )",
                      fmt::arg("fam", kTableFamily), fmt::arg("name", kTableName), fmt::arg("ifs", ifs),
-                     fmt::arg("xp", p.explicit_proxy_port), fmt::arg("proxy", p.proxy),
-                     fmt::arg("tp", p.transparent), fmt::arg("dns", p.dns));
+                     fmt::arg("xp", p.explicit_proxy_port), fmt::arg("proxy", p.proxy), fmt::arg("tp", p.transparent),
+                     fmt::arg("dns", p.dns));
 }
 
 Status installTable(const EgressPorts& ports) {
   Nft nft;
   // One transaction: create if missing, delete it (drops old rules), then the new table. Either all of it
   // applies or nothing does.
-  std::string cmd = fmt::format("add table {0} {1}\ndelete table {0} {1}\n{2}", kTableFamily, kTableName,
-                                ruleset(ports));
+  std::string cmd =
+      fmt::format("add table {0} {1}\ndelete table {0} {1}\n{2}", kTableFamily, kTableName, ruleset(ports));
   auto r = nft.run(cmd);
   if (!r) return tl::unexpected(r.error().context("install nftables table"));
   return ok();

@@ -29,7 +29,7 @@ struct EgressPorts {
 std::string ruleset(const EgressPorts& ports);
 
 Status installTable(const EgressPorts& ports);
-Status removeTable();          // ok when it does not exist
+Status removeTable();  // ok when it does not exist
 Result<bool> tableExists();
 Result<std::string> listTable();  // `nft list table inet space`
 

@@ -67,7 +67,8 @@ TEST(EgressClientHello, SplitAcrossRecords) {
 
 TEST(EgressClientHello, RejectsGarbageAndTampering) {  // E10
   std::string http = "GET / HTTP/1.1\r\nHost: allowed.test\r\n\r\n";
-  EXPECT_FALSE(tls::parseClientHello(std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(http.data()), http.size())));
+  EXPECT_FALSE(
+      tls::parseClientHello(std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(http.data()), http.size())));
   auto bytes = realClientHello("allowed.test");
   auto wrong_type = bytes;
   wrong_type[5] = 2;  // ServerHello

@@ -1,17 +1,14 @@
 // The gateway end to end, in one process, on loopback only: a fake upstream resolver, an upstream TLS
 // server with a test CA, and clients that bind 127.0.0.2 (the registered "sandbox" source).
-#include <utility>  // before Asio (see proxy_impl.h)
-
-#include <boost/asio.hpp>
-#include <boost/asio/ssl.hpp>
 #include <gtest/gtest.h>
-#include <nlohmann/json.hpp>
 
 #include <atomic>
 #include <cstdio>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <thread>
 
+#include "egress/asio.h"
 #include "egress/audit.h"
 #include "egress/control.h"
 #include "egress/dns_message.h"
@@ -109,8 +106,8 @@ class EchoUpstream {
       if (auto p = buf.find("Authorization: "); p != std::string::npos)
         auth = buf.substr(p + 15, buf.find("\r\n", p) - p - 15);
       std::string body = "you sent:\n" + buf;
-      std::string resp = "HTTP/1.1 200 OK\r\nX-Echo-Auth: " + auth + "\r\nContent-Length: " +
-                         std::to_string(body.size()) + "\r\nConnection: close\r\n\r\n" + body;
+      std::string resp = "HTTP/1.1 200 OK\r\nX-Echo-Auth: " + auth +
+                         "\r\nContent-Length: " + std::to_string(body.size()) + "\r\nConnection: close\r\n\r\n" + body;
       asio::write(tls, asio::buffer(resp), ec);
       tls.shutdown(ec);
     }
@@ -132,21 +129,25 @@ class EgressGateway : public ::testing::Test {
  protected:
   void SetUp() override {
     resolver_.answers["allowed.test"] = {*parseIp("127.0.0.1")};
-    resolver_.answers["private.test"] = {*parseIp("10.0.0.1"), *parseIp("::ffff:127.0.0.9")};  // E4 (127.0.0.1 is this test's "external" upstream)
-    resolver_.answers["mixed.test"] = {*parseIp("169.254.169.254"), *parseIp("127.0.0.1")};     // E6
+    resolver_.answers["private.test"] = {
+        *parseIp("10.0.0.1"), *parseIp("::ffff:127.0.0.9")};  // E4 (127.0.0.1 is this test's "external" upstream)
+    resolver_.answers["mixed.test"] = {*parseIp("169.254.169.254"), *parseIp("127.0.0.1")};  // E6
     audit_ = *Audit::open("");
     cache_ = std::make_unique<NameCache>(resolver_);
-    nlohmann::json sb = {
-        {"id", "sb-test"},
-        {"sources", {"127.0.0.2/32"}},
-        {"policy",
-         {{"mode", "allow-list"},
-          {"rules",
-           {{{"action", "allow"}, {"domain", "allowed.test"}}, {{"action", "allow"}, {"domain", "private.test"}},
-            {{"action", "allow"}, {"domain", "mixed.test"}}}}}},
-        {"secrets",
-         {{{"name", "API_KEY"}, {"placeholder", kPlaceholder}, {"value", kValue}, {"hosts", {"allowed.test"}},
-           {"header", "Authorization"}}}}};
+    nlohmann::json sb = {{"id", "sb-test"},
+                         {"sources", {"127.0.0.2/32"}},
+                         {"policy",
+                          {{"mode", "allow-list"},
+                           {"rules",
+                            {{{"action", "allow"}, {"domain", "allowed.test"}},
+                             {{"action", "allow"}, {"domain", "private.test"}},
+                             {{"action", "allow"}, {"domain", "mixed.test"}}}}}},
+                         {"secrets",
+                          {{{"name", "API_KEY"},
+                            {"placeholder", kPlaceholder},
+                            {"value", kValue},
+                            {"hosts", {"allowed.test"}},
+                            {"header", "Authorization"}}}}};
     auto reply = handleControl(registry_, *audit_, {{"op", "register"}, {"sandbox", sb}});
     ASSERT_TRUE(reply["ok"].get<bool>()) << reply.dump();
     sandbox_ca_ = reply["ca_cert_pem"];
@@ -254,7 +255,7 @@ TEST_F(EgressGateway, InterceptsInjectsAndRedacts) {  // E13, E17
   EXPECT_NE(upstream_.lastRequest().find("Authorization: Bearer " + kValue), std::string::npos)
       << upstream_.lastRequest();
   EXPECT_NE(resp.find("HTTP/1.1 200"), std::string::npos) << resp;
-  EXPECT_EQ(resp.find(kValue), std::string::npos) << resp;            // E17: never the value
+  EXPECT_EQ(resp.find(kValue), std::string::npos) << resp;  // E17: never the value
   EXPECT_NE(resp.find("X-Echo-Auth: Bearer " + kPlaceholder), std::string::npos) << resp;
   EXPECT_NE(resp.find("Authorization: Bearer " + kPlaceholder), std::string::npos) << resp;
   std::string audit = auditText();
@@ -285,11 +286,11 @@ TEST_F(EgressGateway, PlaceholderToTheQueryIsBlocked) {  // E13
 }
 
 TEST_F(EgressGateway, ConnectDenials) {  // E1, E2, E3, E4, E6, E7, E12
-  for (std::string target : {"169.254.169.254:80", "10.0.0.1:443", "127.0.0.1:443", "[::1]:443", "2130706433:443",
-                             "0177.0.0.1:443", "0x7f.1:443", "127.1:443", "0.0.0.0:443", "[::ffff:a9fe:a9fe]:80",
-                             "[64:ff9b::a9fe:a9fe]:80", "[fe80::1%25eth0]:80", "evil.test:443",
-                             "allowed.test.evil.test:443", "evilallowed.test:443", "private.test:443",
-                             "allowed.test@evil.test:443"}) {
+  for (std::string target :
+       {"169.254.169.254:80", "10.0.0.1:443", "127.0.0.1:443", "[::1]:443", "2130706433:443", "0177.0.0.1:443",
+        "0x7f.1:443", "127.1:443", "0.0.0.0:443", "[::ffff:a9fe:a9fe]:80", "[64:ff9b::a9fe:a9fe]:80",
+        "[fe80::1%25eth0]:80", "evil.test:443", "allowed.test.evil.test:443", "evilallowed.test:443",
+        "private.test:443", "allowed.test@evil.test:443"}) {
     tcp::socket s = connectFromSandbox(gateway_->proxyPort());
     std::string reply = connectReply(s, target);
     EXPECT_FALSE(reply.starts_with("HTTP/1.1 200")) << target << " -> " << reply;
@@ -319,9 +320,9 @@ TEST_F(EgressGateway, SniMustMatchConnectHost) {  // E9
 }
 
 TEST_F(EgressGateway, AbsoluteFormTricks) {  // E8
-  for (std::string target : {"http://allowed.test@evil.test/", "http://evil.test#@allowed.test/",
-                             "http://evil.test%23@allowed.test/", "http://evil.test\\@allowed.test/",
-                             "http://169.254.169.254/latest/meta-data/", "http://2130706433/"}) {
+  for (std::string target :
+       {"http://allowed.test@evil.test/", "http://evil.test#@allowed.test/", "http://evil.test%23@allowed.test/",
+        "http://evil.test\\@allowed.test/", "http://169.254.169.254/latest/meta-data/", "http://2130706433/"}) {
     tcp::socket s = connectFromSandbox(gateway_->proxyPort());
     std::string req = "GET " + target + " HTTP/1.1\r\nHost: allowed.test\r\n\r\n";
     asio::write(s, asio::buffer(req));
@@ -438,8 +439,7 @@ TEST(EgressControl, RegisterUpdateRemove) {
   EXPECT_FALSE(handleControl(reg, *audit, {{"op", "register"}, {"sandbox", sb}})["ok"].get<bool>());  // overlap
   nlohmann::json bad = {{"id", "c"}, {"sources", {"10.200.0.8/30"}}, {"test_external_subnets", {"10.0.0.0/8"}}};
   EXPECT_FALSE(handleControl(reg, *audit, {{"op", "register"}, {"sandbox", bad}})["ok"].get<bool>());
-  auto upd = handleControl(reg, *audit,
-                           {{"op", "update"}, {"id", "a"}, {"policy", {{"mode", "allow-all-public"}}}});
+  auto upd = handleControl(reg, *audit, {{"op", "update"}, {"id", "a"}, {"policy", {{"mode", "allow-all-public"}}}});
   EXPECT_TRUE(upd["ok"].get<bool>()) << upd.dump();
   EXPECT_EQ(reg.byId("a")->policy.mode, Mode::kAllowAllPublic);
   EXPECT_EQ(reg.bySource(*parseIp("10.200.0.6"))->id, "a");

@@ -2,6 +2,7 @@
 #include "egress/policy.h"
 
 #include <gtest/gtest.h>
+
 #include <nlohmann/json.hpp>
 
 #include "egress/address.h"
@@ -31,10 +32,16 @@ TEST(EgressAddress, LooseIpv4SpellingsAreAddresses) {  // E2
   struct {
     const char* in;
     const char* want;
-  } cases[] = {{"2130706433", "127.0.0.1"}, {"0177.0.0.1", "127.0.0.1"}, {"0x7f.1", "127.0.0.1"},
-               {"127.1", "127.0.0.1"},      {"0.0.0.0", "0.0.0.0"},     {"0", "0.0.0.0"},
-               {"0xa9.0xfe.0xa9.0xfe", "169.254.169.254"}, {"169.254.43518", "169.254.169.254"},
-               {"0x7f000001", "127.0.0.1"}, {"10.0.0.1", "10.0.0.1"}};
+  } cases[] = {{"2130706433", "127.0.0.1"},
+               {"0177.0.0.1", "127.0.0.1"},
+               {"0x7f.1", "127.0.0.1"},
+               {"127.1", "127.0.0.1"},
+               {"0.0.0.0", "0.0.0.0"},
+               {"0", "0.0.0.0"},
+               {"0xa9.0xfe.0xa9.0xfe", "169.254.169.254"},
+               {"169.254.43518", "169.254.169.254"},
+               {"0x7f000001", "127.0.0.1"},
+               {"10.0.0.1", "10.0.0.1"}};
   for (const auto& c : cases) {
     auto r = parseHostLiteral(c.in);
     ASSERT_TRUE(r) << c.in;
@@ -59,9 +66,12 @@ TEST(EgressAddress, EmbeddedIpv4IsUnwrapped) {  // E3
   struct {
     const char* in;
     const char* v4;
-  } cases[] = {{"::ffff:a9fe:a9fe", "169.254.169.254"}, {"::ffff:127.0.0.1", "127.0.0.1"},
-               {"64:ff9b::a9fe:a9fe", "169.254.169.254"}, {"64:ff9b:1::a00:1", "10.0.0.1"},
-               {"2002:a9fe:a9fe::1", "169.254.169.254"},   {"2001:0:4136:e378:8000:63bf:5601:56fe", "169.254.169.1"},
+  } cases[] = {{"::ffff:a9fe:a9fe", "169.254.169.254"},
+               {"::ffff:127.0.0.1", "127.0.0.1"},
+               {"64:ff9b::a9fe:a9fe", "169.254.169.254"},
+               {"64:ff9b:1::a00:1", "10.0.0.1"},
+               {"2002:a9fe:a9fe::1", "169.254.169.254"},
+               {"2001:0:4136:e378:8000:63bf:5601:56fe", "169.254.169.1"},
                {"::10.0.0.1", "10.0.0.1"}};
   for (const auto& c : cases) {
     auto e = embeddedIpv4(ip(c.in));
@@ -74,11 +84,35 @@ TEST(EgressAddress, EmbeddedIpv4IsUnwrapped) {  // E3
 
 TEST(EgressAddress, DefaultDenyList) {  // E1, E3
   Env env;
-  for (const char* s : {"0.0.0.0", "10.0.0.1", "100.64.0.1", "127.0.0.1", "169.254.169.254", "172.16.0.1",
-                        "172.31.255.255", "192.0.0.8", "192.0.2.1", "192.168.1.1", "198.18.0.1", "198.51.100.1",
-                        "203.0.113.9", "224.0.0.1", "240.0.0.1", "255.255.255.255", "::", "::1", "fc00::1",
-                        "fd12::1", "fe80::1", "ff02::1", "2001:db8::1", "100::1", "fd00:ec2::254",
-                        "::ffff:a9fe:a9fe", "64:ff9b::a9fe:a9fe", "2002:7f00:1::", "::ffff:127.0.0.1"})
+  for (const char* s : {"0.0.0.0",
+                        "10.0.0.1",
+                        "100.64.0.1",
+                        "127.0.0.1",
+                        "169.254.169.254",
+                        "172.16.0.1",
+                        "172.31.255.255",
+                        "192.0.0.8",
+                        "192.0.2.1",
+                        "192.168.1.1",
+                        "198.18.0.1",
+                        "198.51.100.1",
+                        "203.0.113.9",
+                        "224.0.0.1",
+                        "240.0.0.1",
+                        "255.255.255.255",
+                        "::",
+                        "::1",
+                        "fc00::1",
+                        "fd12::1",
+                        "fe80::1",
+                        "ff02::1",
+                        "2001:db8::1",
+                        "100::1",
+                        "fd00:ec2::254",
+                        "::ffff:a9fe:a9fe",
+                        "64:ff9b::a9fe:a9fe",
+                        "2002:7f00:1::",
+                        "::ffff:127.0.0.1"})
     EXPECT_EQ(classify(ip(s), 443, env.facts, env.test_external).cls, AddressClass::kReserved) << s;
   for (const char* s : {"1.1.1.1", "8.8.8.8", "172.32.0.1", "100.128.0.1", "2606:4700::1111", "::ffff:1.1.1.1"})
     EXPECT_EQ(classify(ip(s), 443, env.facts, env.test_external).cls, AddressClass::kPublic) << s;
@@ -102,8 +136,7 @@ TEST(EgressNames, Normalisation) {  // E7
   EXPECT_EQ(*normalizeName("bücher.example"), "xn--bcher-kva.example");
   EXPECT_EQ(*normalizeName("xn--bcher-kva.example"), "xn--bcher-kva.example");
   EXPECT_NE(*normalizeName("аpple.com"), "apple.com");  // Cyrillic а: a different name
-  for (const char* bad : {"", ".", "a..b", "a b", "a_b.com", "-a.com", "a\x01.com", "example.com..",
-                          "xn--zz.com"})
+  for (const char* bad : {"", ".", "a..b", "a b", "a_b.com", "-a.com", "a\x01.com", "example.com..", "xn--zz.com"})
     EXPECT_FALSE(normalizeName(bad)) << bad;
   EXPECT_TRUE(nameMatches("*.example.com", "a.example.com"));
   EXPECT_TRUE(nameMatches("*.example.com", "a.b.example.com"));
@@ -142,11 +175,11 @@ TEST(EgressPolicy, AllowListNames) {  // E7
     const char* name;
     uint16_t port;
     bool allowed;
-  } cases[] = {{"allowed.test", 443, true},       {"allowed.test", 80, true},
-               {"allowed.test.evil.test", 443, false}, {"evilallowed.test", 443, false},
-               {"sub.allowed.test", 443, false},   {"wild.test", 443, false},
-               {"a.wild.test", 443, true},         {"a.wild.test", 80, false},
-               {"bad.wild.test", 443, false},      {"other.test", 443, false}};
+  } cases[] = {
+      {"allowed.test", 443, true},      {"allowed.test", 80, true},       {"allowed.test.evil.test", 443, false},
+      {"evilallowed.test", 443, false}, {"sub.allowed.test", 443, false}, {"wild.test", 443, false},
+      {"a.wild.test", 443, true},       {"a.wild.test", 80, false},       {"bad.wild.test", 443, false},
+      {"other.test", 443, false}};
   for (const auto& c : cases) {
     EXPECT_EQ(decideName(p, c.name, c.port).allowed(), c.allowed) << c.name << ":" << c.port;
     EXPECT_EQ(decideConnection(p, env.ctx(), c.name, ip("1.1.1.1"), c.port).allowed(), c.allowed) << c.name;

@@ -57,11 +57,12 @@ TEST(EgressSecrets, FindsPlaceholderInEveryDisguise) {  // E13
   auto s = secrets();
   std::string pct;
   for (char c : kPlaceholder) pct += fmt::format("%{:02X}", uint8_t(c));
-  std::string mixed = kPlaceholder.substr(0, 5) + "%" + fmt::format("{:02x}", uint8_t(kPlaceholder[5])) + kPlaceholder.substr(6);
-  for (const std::string& text :
-       {kPlaceholder, "x=" + kPlaceholder + "&y", pct, mixed, "Basic " + b64("user:" + kPlaceholder),
-        "Basic " + b64("u:" + kPlaceholder), "Basic " + b64("us:" + kPlaceholder), "{\"k\":\"" + b64(kPlaceholder) + "\"}",
-        std::string("SPACE_PH_0123456789ABCDEF0123456789ABCDEF"), "%25" + pct.substr(1)})
+  std::string mixed =
+      kPlaceholder.substr(0, 5) + "%" + fmt::format("{:02x}", uint8_t(kPlaceholder[5])) + kPlaceholder.substr(6);
+  for (const std::string& text : {kPlaceholder, "x=" + kPlaceholder + "&y", pct, mixed,
+                                  "Basic " + b64("user:" + kPlaceholder), "Basic " + b64("u:" + kPlaceholder),
+                                  "Basic " + b64("us:" + kPlaceholder), "{\"k\":\"" + b64(kPlaceholder) + "\"}",
+                                  std::string("SPACE_PH_0123456789ABCDEF0123456789ABCDEF"), "%25" + pct.substr(1)})
     EXPECT_TRUE(findPlaceholder(text, s)) << text;
   EXPECT_FALSE(findPlaceholder("nothing to see " + kPlaceholder.substr(0, 20), s));
 }

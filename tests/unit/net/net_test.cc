@@ -1,14 +1,14 @@
 // Host network plumbing. The namespace test makes its own network namespace, veth pair and nftables table,
 // sends nothing anywhere, and checks that removing them leaves nothing behind. Needs root (CAP_NET_ADMIN).
 #include <fcntl.h>
+#include <gtest/gtest.h>
 #include <sched.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
-#include <gtest/gtest.h>
-
 #include <thread>
 
+#include "common/defer.h"
 #include "common/unique_fd.h"
 #include "net/address_pool.h"
 #include "net/nftables.h"
@@ -88,6 +88,7 @@ TEST(NetNamespace, VethAndTableComeAndGoCleanly) {
     EXPECT_FALSE(hostLinkExists("eth0") && false);
 
     ASSERT_TRUE(installTable(EgressPorts{}));
+    Defer drop_table([] { (void)removeTable(); });  // even when an assertion fails
     ASSERT_TRUE(*tableExists());
     auto listed = listTable();
     ASSERT_TRUE(listed);
