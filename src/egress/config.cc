@@ -1,0 +1,97 @@
+#include "egress/config.h"
+
+#include <ifaddrs.h>
+
+#include <fstream>
+#include <sstream>
+
+namespace space::egress {
+
+Result<Config> parseConfig(const nlohmann::json& j) {
+  if (!j.is_object()) return makeError(ErrorKind::kInvalidArgument, "config must be a JSON object");
+  Config c;
+  try {
+    for (const auto& [k, v] : j.items()) {
+      if (k == "control_socket")
+        c.control_socket = v.get<std::string>();
+      else if (k == "transparent_listen")
+        c.transparent_listen = v.get<std::string>();
+      else if (k == "proxy_listen")
+        c.proxy_listen = v.get<std::string>();
+      else if (k == "dns_listen")
+        c.dns_listen = v.get<std::string>();
+      else if (k == "upstream_resolvers")
+        c.upstream_resolvers = v.get<std::string>();
+      else if (k == "upstream_ca_file")
+        c.upstream_ca_file = v.get<std::string>();
+      else if (k == "audit_log")
+        c.audit_log = v.get<std::string>();
+      else if (k == "max_connections")
+        c.max_connections = v.get<size_t>();
+      else if (k == "max_connections_per_sandbox")
+        c.max_connections_per_sandbox = v.get<size_t>();
+      else if (k == "handshake_timeout_ms")
+        c.handshake_timeout = std::chrono::milliseconds(v.get<uint32_t>());
+      else if (k == "idle_timeout_ms")
+        c.idle_timeout = std::chrono::milliseconds(v.get<uint32_t>());
+      else if (k == "detect_host_addresses")
+        c.detect_host_addresses = v.get<bool>();
+      else if (k == "host_addresses") {
+        for (const auto& a : v) {
+          ASSIGN_OR_RETURN(auto ip, parseIp(a.get<std::string>()));
+          c.host_addresses.push_back(ip);
+        }
+      } else if (k == "sandbox_pools" || k == "test_external_subnets") {
+        auto& out = k == "sandbox_pools" ? c.sandbox_pools : c.test_external_subnets;
+        for (const auto& a : v) {
+          ASSIGN_OR_RETURN(auto cidr, parseCidr(a.get<std::string>()));
+          out.push_back(cidr);
+        }
+      } else if (k == "protected_listeners") {
+        for (const auto& a : v) {
+          std::string s = a.get<std::string>();
+          size_t colon = s.rfind(':');
+          if (colon == std::string::npos)
+            return makeError(ErrorKind::kInvalidArgument, "listener '{}' needs a port", s);
+          std::string host = s.substr(0, colon);
+          if (host.size() > 2 && host.front() == '[') host = host.substr(1, host.size() - 2);
+          ASSIGN_OR_RETURN(auto ip, parseIp(host));
+          c.protected_listeners.push_back({ip, uint16_t(std::stoul(s.substr(colon + 1)))});
+        }
+      } else if (k == "sandboxes") {
+        if (!v.is_array()) return makeError(ErrorKind::kInvalidArgument, "sandboxes must be an array");
+        c.sandboxes = v;
+      } else {
+        return makeError(ErrorKind::kInvalidArgument, "unknown config key '{}'", k);
+      }
+    }
+  } catch (const std::exception& e) {
+    return makeError(ErrorKind::kInvalidArgument, "config: {}", e.what());
+  }
+  return c;
+}
+
+Result<Config> loadConfig(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) return sysError(errno, "open config {}", path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  auto j = nlohmann::json::parse(ss.str(), nullptr, false);
+  if (j.is_discarded()) return makeError(ErrorKind::kInvalidArgument, "config {} is not valid JSON", path);
+  auto c = parseConfig(j);
+  if (!c) return tl::unexpected(c.error().context(path));
+  return c;
+}
+
+Result<std::vector<IpAddress>> hostAddresses() {
+  ifaddrs* list = nullptr;
+  if (getifaddrs(&list) != 0) return sysError(errno, "getifaddrs");
+  std::vector<IpAddress> out;
+  for (auto* i = list; i; i = i->ifa_next)
+    if (i->ifa_addr)
+      if (auto ip = fromSockaddr(i->ifa_addr)) out.push_back(*ip);
+  freeifaddrs(list);
+  return out;
+}
+
+}  // namespace space::egress

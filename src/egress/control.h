@@ -1,0 +1,37 @@
+// The control socket: spaced (or an operator) registers sandboxes, changes their policy and secrets, and
+// removes them, over a unix socket speaking one JSON object per line (docs/egress.md). The same parser reads
+// the "sandboxes" of a config file. Secret values arrive here and stay in this process's memory.
+#pragma once
+
+#include <memory>
+#include <nlohmann/json_fwd.hpp>
+#include <string>
+
+#include "common/result.h"
+#include "egress/asio.h"
+#include "egress/audit.h"
+#include "egress/registry.h"
+
+namespace space::egress {
+
+// {"id", "sources": [CIDR...], "policy": {...}, "secrets": [...], "ca": {"cert_pem", "key_pem"}}.
+// Without "ca" a fresh CA is generated. Unknown fields are refused (so nothing like the test setting can
+// be slipped in here).
+Result<std::shared_ptr<Sandbox>> parseSandbox(const nlohmann::json& j);
+
+// Executes one request line; returns the reply object (never throws). Exposed for tests.
+nlohmann::json handleControl(Registry& registry, Audit& audit, const nlohmann::json& request);
+
+class ControlServer {
+ public:
+  static Result<std::unique_ptr<ControlServer>> listen(boost::asio::io_context& io, const std::string& path,
+                                                       Registry& registry, Audit& audit);
+  ~ControlServer();
+  struct Impl;
+
+ private:
+  explicit ControlServer(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace space::egress

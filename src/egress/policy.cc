@@ -1,0 +1,181 @@
+#include "egress/policy.h"
+
+#include <algorithm>
+#include <nlohmann/json.hpp>
+
+#include "egress/names.h"
+
+namespace space::egress {
+
+const char* modeName(Mode m) {
+  switch (m) {
+    case Mode::kDenyAll:
+      return "deny-all";
+    case Mode::kAllowList:
+      return "allow-list";
+    case Mode::kAllowAllPublic:
+      return "allow-all-public";
+  }
+  return "deny-all";
+}
+
+Result<Mode> parseMode(std::string_view s) {
+  if (s == "deny-all") return Mode::kDenyAll;
+  if (s == "allow-list") return Mode::kAllowList;
+  if (s == "allow-all-public") return Mode::kAllowAllPublic;
+  return makeError(ErrorKind::kInvalidArgument, "unknown mode '{}' (deny-all, allow-list, allow-all-public)", s);
+}
+
+const char* verdictName(Verdict v) { return v == Verdict::kAllow ? "allow" : "deny"; }
+
+bool Rule::portMatches(uint16_t port) const {
+  return port == 0 || ports.empty() || std::find(ports.begin(), ports.end(), port) != ports.end();
+}
+
+std::string Rule::describe() const {
+  std::string s =
+      fmt::format("{} {} {}", allow ? "allow" : "deny", cidr ? "cidr" : "domain", cidr ? cidr->str() : domain);
+  if (!ports.empty()) {
+    s += " port ";
+    for (size_t i = 0; i < ports.size(); ++i) s += fmt::format("{}{}", i ? "," : "", ports[i]);
+  }
+  return s;
+}
+
+Result<Policy> parsePolicy(const nlohmann::json& j) {
+  if (!j.is_object()) return makeError(ErrorKind::kInvalidArgument, "policy must be an object");
+  Policy p;
+  for (const auto& [k, v] : j.items())
+    if (k != "mode" && k != "rules") return makeError(ErrorKind::kInvalidArgument, "unknown policy field '{}'", k);
+  if (j.contains("mode")) {
+    if (!j["mode"].is_string()) return makeError(ErrorKind::kInvalidArgument, "mode must be a string");
+    ASSIGN_OR_RETURN(p.mode, parseMode(j["mode"].get<std::string>()));
+  }
+  if (!j.contains("rules")) return p;
+  if (!j["rules"].is_array()) return makeError(ErrorKind::kInvalidArgument, "rules must be an array");
+  if (j["rules"].size() > 4096) return makeError(ErrorKind::kInvalidArgument, "too many rules");
+  for (const auto& r : j["rules"]) {
+    if (!r.is_object()) return makeError(ErrorKind::kInvalidArgument, "a rule must be an object");
+    for (const auto& [k, v] : r.items())
+      if (k != "action" && k != "domain" && k != "cidr" && k != "ports")
+        return makeError(ErrorKind::kInvalidArgument, "unknown rule field '{}'", k);
+    Rule rule;
+    if (!r.contains("action") || !r["action"].is_string())
+      return makeError(ErrorKind::kInvalidArgument, "a rule needs \"action\": \"allow\" or \"deny\"");
+    std::string action = r["action"];
+    if (action != "allow" && action != "deny")
+      return makeError(ErrorKind::kInvalidArgument, "action must be allow or deny, not '{}'", action);
+    rule.allow = action == "allow";
+    bool has_domain = r.contains("domain"), has_cidr = r.contains("cidr");
+    if (has_domain == has_cidr) return makeError(ErrorKind::kInvalidArgument, "a rule has exactly one of domain, cidr");
+    if (has_domain) {
+      if (!r["domain"].is_string()) return makeError(ErrorKind::kInvalidArgument, "domain must be a string");
+      auto d = normalizePattern(r["domain"].get<std::string>());
+      if (!d) return makeError(ErrorKind::kInvalidArgument, "rule domain: {}", d.error().message);
+      rule.domain = *d;
+    } else {
+      if (!r["cidr"].is_string()) return makeError(ErrorKind::kInvalidArgument, "cidr must be a string");
+      auto c = parseCidr(r["cidr"].get<std::string>());
+      if (!c) return makeError(ErrorKind::kInvalidArgument, "rule cidr: {}", c.error().message);
+      rule.cidr = *c;
+    }
+    if (r.contains("ports")) {
+      if (!r["ports"].is_array()) return makeError(ErrorKind::kInvalidArgument, "ports must be an array");
+      for (const auto& port : r["ports"]) {
+        if (!port.is_number_unsigned() || port.get<uint64_t>() < 1 || port.get<uint64_t>() > 65535)
+          return makeError(ErrorKind::kInvalidArgument, "ports are integers 1..65535");
+        rule.ports.push_back(port.get<uint16_t>());
+      }
+    }
+    p.rules.push_back(std::move(rule));
+  }
+  return p;
+}
+
+nlohmann::json policyToJson(const Policy& p) {
+  nlohmann::json rules = nlohmann::json::array();
+  for (const auto& r : p.rules) {
+    nlohmann::json j{{"action", r.allow ? "allow" : "deny"}};
+    if (r.cidr)
+      j["cidr"] = r.cidr->str();
+    else
+      j["domain"] = r.domain;
+    if (!r.ports.empty()) j["ports"] = r.ports;
+    rules.push_back(j);
+  }
+  return {{"mode", modeName(p.mode)}, {"rules", rules}};
+}
+
+namespace {
+
+Decision allow(std::string rule, std::string reason) { return {Verdict::kAllow, std::move(rule), std::move(reason)}; }
+Decision deny(std::string rule, std::string reason) { return {Verdict::kDeny, std::move(rule), std::move(reason)}; }
+
+const Rule* findDomainRule(const Policy& p, bool allow_rule, std::string_view name, uint16_t port) {
+  if (name.empty()) return nullptr;
+  for (const auto& r : p.rules)
+    if (r.allow == allow_rule && !r.cidr && r.portMatches(port) && nameMatches(r.domain, name)) return &r;
+  return nullptr;
+}
+
+// A CIDR rule matches the address as given or its unwrapped IPv4 form.
+const Rule* findCidrRule(const Policy& p, bool allow_rule, const IpAddress& ip, const IpAddress& judged, uint16_t port,
+                         bool explicit_port_for_25) {
+  for (const auto& r : p.rules) {
+    if (r.allow != allow_rule || !r.cidr || !r.portMatches(port)) continue;
+    if (explicit_port_for_25 && std::find(r.ports.begin(), r.ports.end(), uint16_t{25}) == r.ports.end()) continue;
+    if (r.cidr->contains(ip) || r.cidr->contains(judged)) return &r;
+  }
+  return nullptr;
+}
+
+}  // namespace
+
+Decision decideName(const Policy& p, std::string_view name, uint16_t port) {
+  if (p.mode == Mode::kDenyAll) return deny("mode deny-all", "the sandbox's policy denies all egress");
+  if (const Rule* r = findDomainRule(p, false, name, port)) return deny(r->describe(), "name matches a deny rule");
+  if (const Rule* r = findDomainRule(p, true, name, port)) return allow(r->describe(), "name matches an allow rule");
+  if (p.mode == Mode::kAllowAllPublic)
+    return allow("mode allow-all-public", "public names are allowed; addresses are still checked");
+  return deny("mode allow-list", "no allow rule matches the name");
+}
+
+Decision decideAnswer(const Policy& p, const PolicyContext& ctx, const IpAddress& ip, uint16_t port) {
+  static const HostFacts kNoFacts;
+  static const std::vector<Cidr> kNone;
+  Classification c = classify(ip, port, ctx.facts ? *ctx.facts : kNoFacts,
+                              ctx.test_external_subnets ? *ctx.test_external_subnets : kNone);
+  if (const Rule* r = findCidrRule(p, false, ip, c.judged, port, false))
+    return deny(r->describe(), fmt::format("address {} matches a deny rule", ip.str()));
+  if (c.cls == AddressClass::kLateral)
+    return deny("default-deny " + c.range, fmt::format("address {} is the host, the gateway or a sandbox", ip.str()));
+  if (c.cls == AddressClass::kReserved) {
+    if (const Rule* r = findCidrRule(p, true, ip, c.judged, port, false))
+      return allow(r->describe(), fmt::format("operator CIDR rule allows reserved address {}", ip.str()));
+    std::string judged = c.judged == ip ? "" : fmt::format(" (judged as {})", c.judged.str());
+    return deny("default-deny " + c.range, fmt::format("address {}{} is in a reserved range", ip.str(), judged));
+  }
+  if (port == 25 && !findCidrRule(p, true, ip, c.judged, port, true))
+    return deny("default-deny tcp port 25", "outbound mail is denied unless a CIDR rule names port 25");
+  return allow("public address", fmt::format("{} is a public address", ip.str()));
+}
+
+Decision decideConnection(const Policy& p, const PolicyContext& ctx, std::string_view name, const IpAddress& ip,
+                          uint16_t port) {
+  if (p.mode == Mode::kDenyAll) return deny("mode deny-all", "the sandbox's policy denies all egress");
+  if (const Rule* r = findDomainRule(p, false, name, port)) return deny(r->describe(), "name matches a deny rule");
+  Decision address = decideAnswer(p, ctx, ip, port);
+  if (!address.allowed()) return address;
+  bool operator_cidr = address.rule.starts_with("allow cidr");
+  if (const Rule* r = findCidrRule(p, true, ip, embeddedIpv4(ip).value_or(ip), port, false))
+    return allow(r->describe(), fmt::format("address {} matches an allow rule", ip.str()));
+  if (operator_cidr) return address;
+  if (name.empty())
+    return deny(fmt::format("mode {}", modeName(p.mode)),
+                "no name (SNI, Host or CONNECT host) and no CIDR rule allows the address");
+  if (const Rule* r = findDomainRule(p, true, name, port)) return allow(r->describe(), "name matches an allow rule");
+  if (p.mode == Mode::kAllowAllPublic) return allow("mode allow-all-public", "public address reached by name");
+  return deny("mode allow-list", "no allow rule matches the name and port");
+}
+
+}  // namespace space::egress

@@ -1,0 +1,50 @@
+#include "net/veth.h"
+
+#include "common/defer.h"
+#include "sys/rtnetlink.h"
+
+namespace space::net {
+
+Result<SandboxLink> SandboxLink::create(int netns_fd, const std::string& host_name, const SandboxSubnet& subnet) {
+  if (!host_name.starts_with(kHostLinkPrefix))
+    return makeError(ErrorKind::kInvalidArgument, "host link '{}' must start with '{}'", host_name, kHostLinkPrefix);
+  ASSIGN_OR_RETURN(auto host, sys::Rtnl::open());
+  TRY(host.addVeth(host_name, "eth0", netns_fd));
+  Defer undo([&] { (void)host.deleteLink(host_name); });
+  TRY(host.addAddressV4(host_name, subnet.hostAddress(), SandboxSubnet::kPrefix));
+  TRY(host.setUp(host_name));
+  ASSIGN_OR_RETURN(auto inside, sys::Rtnl::open(netns_fd));
+  TRY(inside.setUp("lo"));
+  TRY(inside.addAddressV4("eth0", subnet.sandboxAddress(), SandboxSubnet::kPrefix));
+  TRY(inside.setUp("eth0"));
+  TRY(inside.addDefaultRouteV4(subnet.hostAddress()));
+  undo.dismiss();
+  return SandboxLink(host_name, subnet);
+}
+
+SandboxLink::SandboxLink(SandboxLink&& o) noexcept : host_name_(std::move(o.host_name_)), subnet_(o.subnet_) {
+  o.host_name_.clear();
+}
+
+SandboxLink::~SandboxLink() {
+  if (!host_name_.empty()) (void)deleteHostLink(host_name_);
+}
+
+Status deleteHostLink(const std::string& host_name) {
+  ASSIGN_OR_RETURN(auto host, sys::Rtnl::open());
+  return host.deleteLink(host_name);
+}
+
+Status createSandboxTap(const std::string& tap_name, const SandboxSubnet& subnet) {
+  if (!tap_name.starts_with(kHostLinkPrefix))
+    return makeError(ErrorKind::kInvalidArgument, "tap '{}' must start with '{}'", tap_name, kHostLinkPrefix);
+  ASSIGN_OR_RETURN(auto host, sys::Rtnl::open());
+  TRY(host.addTap(tap_name));
+  Defer undo([&] { (void)host.deleteLink(tap_name); });
+  TRY(host.addAddressV4(tap_name, subnet.hostAddress(), SandboxSubnet::kPrefix));
+  TRY(host.setUp(tap_name));
+  undo.dismiss();
+  return ok();
+}
+
+}  // namespace space::net

@@ -1,0 +1,36 @@
+// A minimal rtnetlink client: the few link, address and route operations sandbox networking needs,
+// without forking ip(8) per sandbox. Each call sends one request and waits for its ACK.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "common/result.h"
+#include "common/unique_fd.h"
+
+namespace space::sys {
+
+class Rtnl {
+ public:
+  // A NETLINK_ROUTE socket in the calling thread's network namespace, or in netns_fd's (opened from a
+  // short-lived thread that joined it; the socket stays bound to that namespace).
+  static Result<Rtnl> open(int netns_fd = -1);
+
+  // A veth pair: host_name here, peer_name created directly inside peer_netns_fd.
+  Status addVeth(const std::string& host_name, const std::string& peer_name, int peer_netns_fd);
+  // A tap device owned by nobody in particular (the VMM opens it by name).
+  Status addTap(const std::string& name);
+  Status deleteLink(const std::string& name);
+  Result<int> linkIndex(const std::string& name);
+  Status setUp(const std::string& name);
+  Status addAddressV4(const std::string& name, uint32_t address, int prefix);  // host order
+  Status addDefaultRouteV4(uint32_t gateway);
+
+ private:
+  explicit Rtnl(UniqueFd fd) : fd_(std::move(fd)) {}
+  Status request(void* msg, size_t len, const char* what);
+  UniqueFd fd_;
+  uint32_t seq_ = 1;
+};
+
+}  // namespace space::sys
