@@ -6,6 +6,7 @@
 
 #include <sys/types.h>
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -49,6 +50,9 @@ class CgroupBackend {
   virtual Status create(const std::string& id, const runtime::Limits& limits) = 0;
   virtual Status addProcess(const std::string& id, pid_t pid) = 0;
   virtual Result<CgroupUsage> usage(const std::string& id) = 0;
+  // Freezes (true) or thaws (false) every task of the group and waits until the kernel reports the
+  // state reached (v1 freezer.state FROZEN/THAWED, v2 cgroup.events "frozen"). Idempotent.
+  virtual Status freeze(const std::string& id, bool frozen) = 0;
   // Kills what is left inside, then removes the group, retrying while exiting tasks drain. Idempotent.
   virtual Status remove(const std::string& id) = 0;
   // Every group directory under the parent (for leftover checks), as absolute paths.
@@ -62,6 +66,8 @@ Result<std::unique_ptr<CgroupBackend>> makeCgroupBackend(const std::string& pare
 // Helpers shared by the backends (cgroup_select.cc).
 Status writeCgroupFile(const std::string& path, const std::string& value);
 Result<std::string> readCgroupFile(const std::string& path);
+// Polls `read` until it returns `want` (a frozen group's state settles asynchronously), up to ~2 s.
+Status waitCgroupState(const std::string& path, const std::function<bool(const std::string&)>& reached);
 // rmdir with retries: a cgroup with exiting tasks reports EBUSY for a short while after SIGKILL.
 Status removeCgroupDir(const std::string& path);
 std::vector<std::string> listSubdirs(const std::string& path);

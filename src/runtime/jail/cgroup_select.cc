@@ -101,4 +101,17 @@ std::vector<std::string> listSubdirs(const std::string& path) {
   return out;
 }
 
+Status waitCgroupState(const std::string& path, const std::function<bool(const std::string&)>& reached) {
+  auto pause = std::chrono::microseconds(50);
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(2);
+  for (;;) {
+    ASSIGN_OR_RETURN(std::string text, readCgroupFile(path));
+    if (reached(text)) return ok();
+    if (std::chrono::steady_clock::now() > deadline)
+      return makeError(ErrorKind::kUnavailable, "{} did not settle: {}", path, text);
+    std::this_thread::sleep_for(pause);
+    pause = std::min(pause * 2, std::chrono::microseconds(5000));
+  }
+}
+
 }  // namespace space::jail

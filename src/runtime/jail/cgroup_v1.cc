@@ -57,6 +57,18 @@ class CgroupV1 : public CgroupBackend {
     return u;
   }
 
+  Status freeze(const std::string& id, bool frozen) override {
+    std::string state = group("freezer", id) + "/freezer.state";
+    if (access(state.c_str(), F_OK) != 0) {
+      if (!frozen) return ok();  // nothing to thaw (a group already gone)
+      return makeError(ErrorKind::kUnsupported, "no cgroup v1 freezer hierarchy for {}", id);
+    }
+    const char* want = frozen ? "FROZEN" : "THAWED";
+    TRY(writeCgroupFile(state, want));
+    // FREEZING until every task has stopped.
+    return waitCgroupState(state, [&](const std::string& t) { return t.rfind(want, 0) == 0; });
+  }
+
   Status remove(const std::string& id) override {
     // v1 has no cgroup.kill; the runtime kills the sandbox's init first, and the pid namespace takes every
     // other task with it. Tasks still listed are exiting; removeCgroupDir waits for them.

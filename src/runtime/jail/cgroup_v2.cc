@@ -55,6 +55,17 @@ class CgroupV2 : public CgroupBackend {
     return u;
   }
 
+  Status freeze(const std::string& id, bool frozen) override {
+    std::string d = dir(id);
+    if (access((d + "/cgroup.freeze").c_str(), F_OK) != 0) {
+      if (!frozen) return ok();
+      return makeError(ErrorKind::kUnsupported, "no cgroup.freeze for {} (kernel older than 5.2?)", id);
+    }
+    TRY(writeCgroupFile(d + "/cgroup.freeze", frozen ? "1" : "0"));
+    std::string want = frozen ? "frozen 1" : "frozen 0";
+    return waitCgroupState(d + "/cgroup.events", [&](const std::string& t) { return t.find(want) != std::string::npos; });
+  }
+
   Status remove(const std::string& id) override {
     std::string d = dir(id);
     if (access(d.c_str(), F_OK) != 0) return ok();

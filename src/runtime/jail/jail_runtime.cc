@@ -227,6 +227,8 @@ Status JailRuntime::launch(const SandboxSpec& spec, PersistedInstance& persisted
 Status JailRuntime::destroy(const PersistedInstance& inst) {
   const auto& s = inst.state;
   std::string dir = s.value("dir", std::string());
+  // A frozen task takes SIGKILL only once thawed (v1 freezer): thaw a paused sandbox first.
+  (void)cgroups_->freeze(s.value("cgroup", inst.id), false);
   if (s.contains("pid") && s.contains("start_time"))
     TRY(killAndWait(s["pid"].get<int>(), s["start_time"].get<uint64_t>()));
   TRY(cgroups_->remove(s.value("cgroup", inst.id)));
@@ -255,8 +257,14 @@ Result<runtime::Usage> JailRuntime::usage(const PersistedInstance& inst) {
   return u;
 }
 
-Status JailRuntime::pause(Instance&) { return makeError(ErrorKind::kUnsupported, "jail: pause not supported yet"); }
-Status JailRuntime::resume(Instance&) { return makeError(ErrorKind::kUnsupported, "jail: resume not supported yet"); }
+// Pause is the cgroup freezer: every process of the sandbox, the agent included, stops where it is;
+// memory, files and open connections stay. The agent answers again after resume.
+Status JailRuntime::pause(Instance& inst) {
+  return cgroups_->freeze(inst.persisted.state.value("cgroup", inst.id), true);
+}
+Status JailRuntime::resume(Instance& inst) {
+  return cgroups_->freeze(inst.persisted.state.value("cgroup", inst.id), false);
+}
 Result<runtime::SnapshotRef> JailRuntime::snapshot(Instance&, runtime::SnapshotKind) {
   return makeError(ErrorKind::kUnsupported, "jail: snapshot not supported yet");
 }

@@ -33,7 +33,7 @@ class JailRuntime : public runtime::Runtime {
   static Result<std::unique_ptr<JailRuntime>> create(const JailConfig& config);
 
   std::string name() const override { return "jail"; }
-  runtime::Capabilities capabilities() const override { return {}; }
+  runtime::Capabilities capabilities() const override { return {.pause = true}; }
 
   Result<runtime::Instance> start(const runtime::SandboxSpec& spec) override;
   Status pause(runtime::Instance& inst) override;
