@@ -296,6 +296,18 @@ Status Manager::destroy(const std::string& id) {
   return ok();
 }
 
+runtime::Instance Manager::instanceOf(const store::SandboxRecord& rec) {
+  runtime::Instance inst;
+  {
+    std::lock_guard lock(mu_);
+    auto it = live_.find(rec.id);
+    if (it != live_.end()) inst = it->second;
+  }
+  inst.id = rec.id;
+  inst.persisted = runtime::PersistedInstance{rec.id, rec.runtime, rec.persisted};
+  return inst;
+}
+
 Status Manager::pause(const std::string& id) {
   ASSIGN_OR_RETURN(store::SandboxRecord rec, store_->getSandbox(id));
   if (rec.pooled) return makeError(ErrorKind::kNotFound, "sandbox {} not found", id);
@@ -304,14 +316,7 @@ Status Manager::pause(const std::string& id) {
   runtime::Runtime& rt = runtimeFor(rec.runtime);
   if (!rt.capabilities().pause)
     return makeError(ErrorKind::kUnsupported, "pause is not supported by the {} runtime yet", rec.runtime);
-  runtime::Instance inst;
-  {
-    std::lock_guard lock(mu_);
-    auto it = live_.find(id);
-    if (it != live_.end()) inst = it->second;
-  }
-  inst.id = id;
-  inst.persisted = runtime::PersistedInstance{rec.id, rec.runtime, rec.persisted};
+  runtime::Instance inst = instanceOf(rec);
   TRY(rt.pause(inst));
   rec.state = "paused";
   if (auto st = store_->updateSandbox(rec); !st) {
@@ -326,16 +331,8 @@ Status Manager::resume(const std::string& id) {
   if (rec.pooled) return makeError(ErrorKind::kNotFound, "sandbox {} not found", id);
   if (rec.state == "running") return ok();
   if (rec.state != "paused") return makeError(ErrorKind::kConflict, "sandbox {} is {}, not paused", id, rec.state);
-  runtime::Runtime& rt = runtimeFor(rec.runtime);
-  runtime::Instance inst;
-  {
-    std::lock_guard lock(mu_);
-    auto it = live_.find(id);
-    if (it != live_.end()) inst = it->second;
-  }
-  inst.id = id;
-  inst.persisted = runtime::PersistedInstance{rec.id, rec.runtime, rec.persisted};
-  TRY(rt.resume(inst));
+  runtime::Instance inst = instanceOf(rec);
+  TRY(runtimeFor(rec.runtime).resume(inst));
   rec.state = "running";
   TRY(store_->updateSandbox(rec));
   return ok();

@@ -79,6 +79,8 @@ class Manager final : public SandboxManager {
   Status destroyRecord(store::SandboxRecord record);
   runtime::Runtime& runtimeFor(const std::string& name);
   SandboxView viewOf(const store::SandboxRecord& record, bool with_usage);
+  // The live instance of a record (connection and all), or one rebuilt from its persisted state.
+  runtime::Instance instanceOf(const store::SandboxRecord& rec);
 
   // Pool (pool.cc)
   bool poolServes(const CreateSandbox& cmd, const std::string& template_name) const;

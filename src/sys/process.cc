@@ -37,4 +37,13 @@ Status pidfdSendSignal(int pidfd, int signo) {
   return ok();
 }
 
+void resetSignalsForExec() {
+  struct sigaction dfl {};
+  dfl.sa_handler = SIG_DFL;
+  for (int sig = 1; sig < NSIG; ++sig) (void)sigaction(sig, &dfl, nullptr);
+  sigset_t none;
+  sigemptyset(&none);
+  sigprocmask(SIG_SETMASK, &none, nullptr);
+}
+
 }  // namespace space::sys

@@ -26,4 +26,8 @@ Result<UniqueFd> pidfdOpen(pid_t pid);
 // pidfd_send_signal(2): signals exactly the process the pidfd refers to (no pid-reuse race).
 Status pidfdSendSignal(int pidfd, int signo);
 
+// Restores default dispositions for every signal and unblocks them all: blocked and ignored signals
+// survive execve. Async-signal-safe (for pre-exec stubs after clone3 in a multi-threaded process).
+void resetSignalsForExec();
+
 }  // namespace space::sys

@@ -48,13 +48,8 @@ void stubFail(int sync_fd, const char* what) {
   if (syscall(SYS_setgroups, 0, nullptr) < 0) stubFail(sync_fd, "setgroups(0)");
   if (syscall(SYS_setresgid, 0, 0, 0) < 0) stubFail(sync_fd, "setresgid(0)");
   if (syscall(SYS_setresuid, 0, 0, 0) < 0) stubFail(sync_fd, "setresuid(0)");
-  // Blocked and ignored signals survive execve; the agent (PID 1) starts with a clean slate.
-  struct sigaction dfl {};
-  dfl.sa_handler = SIG_DFL;
-  for (int sig = 1; sig < NSIG; ++sig) (void)sigaction(sig, &dfl, nullptr);
-  sigset_t none;
-  sigemptyset(&none);
-  sigprocmask(SIG_SETMASK, &none, nullptr);
+  // The agent (PID 1) starts with a clean signal slate.
+  sys::resetSignalsForExec();
   if (dup2(stdio_fd, 0) < 0 || dup2(stdio_fd, 1) < 0 || dup2(stdio_fd, 2) < 0) stubFail(sync_fd, "dup2 stdio");
   // Whatever spaced had open without O_CLOEXEC stays behind.
   if (syscall(SYS_close_range, 3, ~0U, CLOSE_RANGE_CLOEXEC) < 0) stubFail(sync_fd, "close_range");

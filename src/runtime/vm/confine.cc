@@ -193,12 +193,7 @@ Result<QemuProcess> launchConfinedQemu(const QemuSpec& spec, const VmmJail& jail
         syscall(SYS_setresuid, uid, uid, uid) < 0)
       fail(rfd, step);
     if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0) fail(rfd, step);
-    struct sigaction dfl {};
-    dfl.sa_handler = SIG_DFL;
-    for (int sig = 1; sig < NSIG; ++sig) (void)sigaction(sig, &dfl, nullptr);
-    sigset_t none;
-    sigemptyset(&none);
-    sigprocmask(SIG_SETMASK, &none, nullptr);
+    sys::resetSignalsForExec();
     step = -4;
     if (dup2(devnull.get(), 0) < 0 || dup2(log.get(), 1) < 0 || dup2(log.get(), 2) < 0) fail(rfd, step);
     if (memory_fd >= 0) {
