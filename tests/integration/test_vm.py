@@ -3,9 +3,11 @@ guest and from the host, the CLI's `run --isolation vm`, restored VMs diverging,
 pool and reattach after kill -9 of spaced. Tier-independent behaviour (exec, files, processes, PTY) runs
 on both tiers in the test modules of the first slice."""
 
+import glob
 import hashlib
 import os
 import subprocess
+import threading
 import time
 
 import pytest
@@ -224,3 +226,48 @@ def test_vm_pool_then_kill9_restart_reattaches(own_daemon):
     with pytest.raises(ApiError):
         c2.get(sid)
     assert spacelib.pid_start_time(vmm) is None or spacelib.is_zombie(vmm)
+
+
+def test_kill9_during_template_warmup_leaves_nothing_behind(own_daemon):
+    d = own_daemon({"pool_size": 0, "vm_pool_size": 0, "default_template": "busybox"})
+    c = d.client
+    reason = vm_unavailable_reason(c)
+    if reason:
+        pytest.skip(reason)
+    warm_dir = f"{d.state}/vm/run/warm-".encode()
+
+    def warmup_vmms():
+        out = []
+        for pid in spacelib.all_pids():
+            try:
+                with open(f"/proc/{pid}/cmdline", "rb") as f:
+                    if warm_dir in f.read():
+                        out.append(pid)
+            except OSError:
+                pass
+        return out
+
+    def warm():
+        try:
+            c.raw("POST", "/v1/templates/busybox/warm", {})
+        except OSError:
+            pass  # spaced is killed under this request
+
+    t = threading.Thread(target=warm, daemon=True)
+    t.start()
+    wait_for(lambda: warmup_vmms() or None, timeout=60, interval=0.1, what="the warm-up VM to start")
+    d.kill9()
+    assert warmup_vmms(), "the warm-up VMM is expected to outlive spaced (its own session)"
+    d2 = Daemon(state_dir=d.state, config=d.config, extra_args=d.extra_args)
+    d.proc = d2.start().proc
+    c2 = d2.client
+    c2.created = c.created
+    wait_for(lambda: not warmup_vmms() or None, timeout=20, what="the interrupted warm-up VMM to be killed")
+    assert glob.glob("/sys/fs/cgroup/*/space/warm-*") + glob.glob("/sys/fs/cgroup/space/warm-*") == []
+    leftovers = [p for p in (d.state / "vm" / "templates").rglob("*.tmp")]
+    assert leftovers == [], leftovers
+    # And the template can be warmed again, and used.
+    c2.call("POST", "/v1/templates/busybox/warm", {}, timeout=300)
+    sid = c2.create(template="busybox", isolation="vm")["id"]
+    assert c2.sh(sid, "echo ok").out.strip() == "ok"
+    c2.delete(sid)

@@ -205,7 +205,41 @@ Result<std::unique_ptr<VmRuntime>> VmRuntime::create(const VmConfig& config) {
   if (config.confine) {
     ASSIGN_OR_RETURN(cgroups, jail::makeCgroupBackend(config.cgroup_parent));
   }
-  return std::unique_ptr<VmRuntime>(new VmRuntime(config, accel, std::move(cgroups)));
+  std::unique_ptr<VmRuntime> rt(new VmRuntime(config, accel, std::move(cgroups)));
+  rt->cleanInterruptedWarmups();
+  return rt;
+}
+
+// A template warm-up is not in the database: when spaced dies during one, its VMM (in a session of its
+// own) keeps running and its half-made files stay. The next start kills it and removes what it left.
+void VmRuntime::cleanInterruptedWarmups() {
+  std::string run_root = config_.state_dir + "/vm/run";
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator(run_root, ec)) {
+    std::string name = entry.path().filename().string();
+    if (name.rfind("warm-", 0) != 0) continue;
+    std::string dir = entry.path().string();
+    std::string needle = "unix:" + VmPaths::in(dir).qmp + ",";
+    for (const auto& proc : fs::directory_iterator("/proc", ec)) {
+      std::string pid = proc.path().filename().string();
+      if (pid.find_first_not_of("0123456789") != std::string::npos) continue;
+      std::ifstream in(proc.path() / "cmdline");
+      std::string cmdline((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+      if (cmdline.find(needle) != std::string::npos) {
+        spdlog::warn("vm: killing the VMM of an interrupted template warm-up ({})", name);
+        killQemu(static_cast<pid_t>(std::stol(pid)));
+      }
+    }
+    if (cgroups_) (void)cgroups_->remove(name);
+    fs::remove_all(dir, ec);
+  }
+  // Half-made template directories: a build renames into place only when complete.
+  for (const auto& tpl : fs::directory_iterator(config_.state_dir + "/vm/templates", ec)) {
+    for (const auto& shape : fs::directory_iterator(tpl.path(), ec)) {
+      std::string p = shape.path().string();
+      if (p.size() > 4 && (p.compare(p.size() - 4, 4, ".tmp") == 0)) fs::remove_all(p, ec);
+    }
+  }
 }
 
 VmRuntime::~VmRuntime() = default;

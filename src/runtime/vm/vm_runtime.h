@@ -99,6 +99,7 @@ class VmRuntime : public runtime::Runtime {
   VmRuntime(VmConfig config, Accel accel, std::unique_ptr<jail::CgroupBackend> cgroups)
       : config_(std::move(config)), accel_(accel), cgroups_(std::move(cgroups)) {}
   std::string vmDir(const runtime::SandboxSpec& spec) const;
+  void cleanInterruptedWarmups();
   std::string templateDir(const runtime::SandboxSpec& spec) const;
   Status buildTemplate(const runtime::SandboxSpec& spec, const std::string& dir);
   Result<std::string> ensureBaseImage(const runtime::SandboxSpec& spec, uint64_t disk_bytes);
