@@ -153,15 +153,20 @@ def test_sandbox_gets_a_network_and_the_proxy_env(egress_daemon):
     assert not Path(f"/sys/class/net/{link}").exists(), f"host link {link} left after delete"
 
 
-def test_deny_all_blocks_everything(egress_daemon, upstream):
+CURL = "curl -sS -f --max-time 8"  # -f: a 403 from the gateway is a failure
+
+
+def test_deny_all_blocks_everything(egress_daemon, upstream, python_tpl):
     d = egress_daemon
-    sid = create(d)
+    sid = create(d, template=python_tpl)
     try:
         before = len(upstream_log(upstream))
-        r = sh(d, sid, "wget -q -T 5 -O - http://allowed.test/deny-all; echo rc=$?")
-        assert "rc=0" not in r.out, r.out
-        r = sh(d, sid, f"unset http_proxy HTTP_PROXY; wget -q -T 5 -O - http://{UPSTREAM}/direct; echo rc=$?")
-        assert "rc=0" not in r.out, r.out
+        r = sh(d, sid, f"{CURL} http://allowed.test/deny-all; echo rc=$?")
+        assert "rc=0" not in r.out and "/deny-all" not in r.out, r.out
+        r = sh(d, sid, f"{CURL} --noproxy '*' http://{UPSTREAM}/direct; echo rc=$?")
+        assert "rc=0" not in r.out and "/direct" not in r.out, r.out
+        log = d.client.raw("GET", f"/v1/sandboxes/{sid}/network/log")[2].decode()
+        assert '"verdict":"deny"' in log, log  # refused by the gateway, not by a broken client
         time.sleep(0.5)
         reached = [e for e in upstream_log(upstream)[before:] if e["kind"] == "http"]
         assert not reached, f"requests reached the upstream under deny-all: {reached}"
@@ -169,23 +174,24 @@ def test_deny_all_blocks_everything(egress_daemon, upstream):
         d.client.delete(sid)
 
 
-def test_allow_list_allows_only_the_allowed_name(egress_daemon, upstream):
+def test_allow_list_allows_only_the_allowed_name(egress_daemon, upstream, python_tpl):
     d = egress_daemon
-    sid = d.client.create(network={"mode": "allow-list", "rules": [{"action": "allow", "domain": "allowed.test"}]})["id"]
+    sid = d.client.create(template=python_tpl,
+                          network={"mode": "allow-list", "rules": [{"action": "allow", "domain": "allowed.test"}]})["id"]
     try:
-        r = sh(d, sid, "wget -q -T 5 -O - http://allowed.test/via-proxy")
+        r = sh(d, sid, f"{CURL} http://allowed.test/via-proxy")
         assert r.exit_code == 0 and '"path": "/via-proxy"' in r.out, (r.out, r.err)
-        r = sh(d, sid, "unset http_proxy HTTP_PROXY; wget -q -T 5 -O - http://allowed.test/transparent")
+        r = sh(d, sid, f"{CURL} --noproxy '*' http://allowed.test/transparent")
         assert r.exit_code == 0 and '"path": "/transparent"' in r.out, (r.out, r.err)
-        r = sh(d, sid, "wget -q -T 5 -O - http://other.test/not-allowed; echo rc=$?")
-        assert "rc=0" not in r.out, r.out
+        r = sh(d, sid, f"{CURL} http://other.test/not-allowed; echo rc=$?")
+        assert "rc=0" not in r.out and "/not-allowed" not in r.out, r.out
         paths = [e["path"] for e in upstream_log(upstream) if e["kind"] == "http"]
         assert "/via-proxy" in paths and "/transparent" in paths
         assert "/not-allowed" not in paths
         # Changed while running: other.test now allowed, allowed.test no longer.
         d.client.call("PUT", f"/v1/sandboxes/{sid}/network",
                       {"mode": "allow-list", "rules": [{"action": "allow", "domain": "other.test"}]})
-        r = sh(d, sid, "wget -q -T 5 -O - http://other.test/now-allowed")
+        r = sh(d, sid, f"{CURL} http://other.test/now-allowed")
         assert r.exit_code == 0 and "/now-allowed" in r.out, (r.out, r.err)
         # The audit log names the sandbox's decisions.
         status, _, body = d.client.raw("GET", f"/v1/sandboxes/{sid}/network/log")
@@ -197,15 +203,15 @@ def test_allow_list_allows_only_the_allowed_name(egress_daemon, upstream):
         d.client.delete(sid)
 
 
-def test_private_and_metadata_addresses_are_denied_E1(egress_daemon, upstream):
+def test_private_and_metadata_addresses_are_denied_E1(egress_daemon, upstream, python_tpl):
     d = egress_daemon
-    sid = d.client.create(network={"mode": "allow-all-public"})["id"]
+    sid = d.client.create(template=python_tpl, network={"mode": "allow-all-public"})["id"]
     try:
-        for target in ("169.254.169.254", "10.0.0.1", "127.0.0.1"):
-            r = sh(d, sid, f"wget -q -T 5 -O - http://{target}/meta; echo rc=$?")
-            assert "rc=0" not in r.out, (target, r.out)
-            r = sh(d, sid, f"unset http_proxy HTTP_PROXY; wget -q -T 5 -O - http://{target}/meta; echo rc=$?")
-            assert "rc=0" not in r.out, (target, r.out)
+        # Absolute-form GET and CONNECT through the explicit proxy, and a transparent connect.
+        for target in ("169.254.169.254", "10.0.0.1", "127.0.0.1", "[::1]"):
+            for how in ("", "-p ", "--noproxy '*' "):
+                r = sh(d, sid, f"{CURL} {how}http://{target}/meta; echo rc=$?")
+                assert "rc=0" not in r.out and "/meta" not in r.out, (target, how, r.out)
         log = d.client.raw("GET", f"/v1/sandboxes/{sid}/network/log")[2].decode()
         assert "169.254.169.254" in log and '"deny"' in log, log[-2000:]
     finally:
@@ -228,15 +234,18 @@ def test_dns_for_a_disallowed_name_is_nxdomain_and_not_forwarded_E16(egress_daem
         d.client.delete(sid)
 
 
-def test_direct_udp_leaves_nothing_E11(egress_daemon, upstream):
+def test_direct_udp_leaves_nothing_E11(egress_daemon, upstream, python_tpl):
     d = egress_daemon
-    sid = d.client.create(network={"mode": "allow-list", "rules": [{"action": "allow", "domain": "allowed.test"}]})["id"]
+    policy = {"mode": "allow-list", "rules": [{"action": "allow", "domain": "allowed.test"}]}
+    sid = d.client.create(network=policy)["id"]
+    py = d.client.create(template=python_tpl, network=policy)["id"]
     try:
         before = len(upstream_log(upstream))
         # UDP to any other port is dropped; UDP/53 aimed straight at a resolver is redirected to the
         # gateway's, which answers NXDOMAIN for a name the policy does not allow and asks nobody.
-        r = sh(d, sid, f"echo hello | nc -u -w 1 {UPSTREAM} 5353; echo done")
-        assert "done" in r.out, r.out
+        r = sh(d, py, "python3 -c \"import socket; s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); "
+                      f"print('sent', s.sendto(b'hello', ('{UPSTREAM}', 5353)))\"")
+        assert "sent 5" in r.out, (r.out, r.err)  # the datagram left the process; nothing may receive it
         label = "direct" + os.urandom(4).hex()
         r = sh(d, sid, f"nslookup {label}.example {UPSTREAM}; echo rc=$?")
         assert "rc=0" not in r.out or "NXDOMAIN" in r.out or "can't find" in r.out, r.out
@@ -248,6 +257,7 @@ def test_direct_udp_leaves_nothing_E11(egress_daemon, upstream):
         assert not [e for e in after if e["kind"] == "dns" and label in e["name"]], after
     finally:
         d.client.delete(sid)
+        d.client.delete(py)
 
 
 def test_secret_is_injected_and_never_seen_inside_E17(egress_daemon, upstream, python_tpl, tmp_path):
