@@ -306,3 +306,44 @@ def test_bad_network_requests_get_clear_errors(egress_daemon):
     assert status == 400 and b"name" in data, data
     status, _, data = c.raw("POST", "/v1/secrets", {"name": "GOOD", "value": "x"})
     assert status == 400 and b"hosts" in data, data
+
+
+def _wait_new_gateway(d, old_pid, timeout=15):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        pid = d.egress_pid()
+        if pid and pid != old_pid:
+            return pid
+        time.sleep(0.2)
+    raise AssertionError(f"space-egress was not restarted:\n{d.log_tail()}")
+
+
+def test_gateway_is_restarted_and_survives_a_daemon_restart(egress_daemon, upstream, python_tpl):
+    d = egress_daemon
+    sid = d.client.create(template=python_tpl,
+                          network={"mode": "allow-list", "rules": [{"action": "allow", "domain": "allowed.test"}]})["id"]
+    try:
+        assert sh(d, sid, f"{CURL} http://allowed.test/before").exit_code == 0
+        # The gateway dies: spaced restarts it and registers the sandbox again, policy included.
+        old = d.egress_pid()
+        assert old
+        os.kill(old, 9)
+        new = _wait_new_gateway(d, old)
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            r = sh(d, sid, f"{CURL} http://allowed.test/after-gateway-restart")
+            if r.exit_code == 0:
+                break
+            time.sleep(0.3)
+        assert r.exit_code == 0 and "/after-gateway-restart" in r.out, (r.out, r.err)
+        assert sh(d, sid, f"{CURL} http://other.test/still-denied; echo rc=$?").out.strip().endswith("rc=22")
+        # spaced restarts: the gateway (and its pid) stays, the sandbox keeps its network.
+        d.stop(keep_egress=True)
+        assert d.egress_pid() == new, "space-egress did not outlive spaced"
+        d.start()
+        assert d.egress_pid() == new, "a restarted spaced replaced a running space-egress"
+        assert "adopted the running space-egress" in d.log_path.read_text(errors="replace")
+        r = sh(d, sid, f"{CURL} http://allowed.test/after-daemon-restart")
+        assert r.exit_code == 0 and "/after-daemon-restart" in r.out, (r.out, r.err)
+    finally:
+        d.client.delete(sid)
