@@ -25,6 +25,7 @@ ApiServer::ApiServer(core::SandboxManager& manager, ApiOptions options) : manage
   registerFileRoutes(router_);
   registerTemplateRoutes(router_);
   registerKeyRoutes(router_);
+  registerNetworkRoutes(router_);
 }
 
 Status ApiServer::authenticate(const http::Request& req) {

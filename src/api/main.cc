@@ -29,6 +29,7 @@ std::string selfDir() {
 void fillDefaults(core::DaemonConfig& c) {
   std::string dir = selfDir();
   if (c.agent_binary.empty()) c.agent_binary = dir + "/space-agent";
+  if (c.egress_binary.empty()) c.egress_binary = dir + "/space-egress";
   if (c.seccomp_policy.empty()) {
     // In a build tree the binary sits in build/bin; an installed one uses /usr/share.
     fs::path in_tree = fs::path(dir) / "../../policies/seccomp/default.json";

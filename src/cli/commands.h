@@ -12,7 +12,18 @@ namespace space::cli {
 struct CreateOptions {
   std::string template_name, isolation, cpus, memory, pids, disk, ttl;
   std::vector<std::string> env, labels;
+  std::string net_mode;
+  std::vector<std::string> net_allow, net_deny, secrets;
 };
+
+struct SecretOptions {
+  std::string name, value_file, header, format;
+  std::vector<std::string> hosts;
+};
+// The policy `space net` / `space create --net-*` sends: base's mode and rules, the mode replaced when
+// given, and one rule per --allow/--deny ("api.example.com", "*.example.com:443", "203.0.113.0/24").
+Result<nlohmann::json> networkPolicy(const std::string& mode, const std::vector<std::string>& allow,
+                                     const std::vector<std::string>& deny, const nlohmann::json& base);
 struct ExecOptions {
   std::vector<std::string> env;
   std::string cwd, user, timeout;
@@ -49,6 +60,12 @@ int cmdTemplateBuild(Context& ctx, const TemplateBuildOptions& o);
 int cmdTemplateLs(Context& ctx);
 int cmdTemplateRm(Context& ctx, const std::string& name);
 int cmdTemplateWarm(Context& ctx, const std::string& name);
+int cmdNet(Context& ctx, const std::string& id, const std::string& mode, const std::vector<std::string>& allow,
+           const std::vector<std::string>& deny);
+int cmdNetLog(Context& ctx, const std::string& id, bool follow);
+int cmdSecretSet(Context& ctx, const SecretOptions& o);
+int cmdSecretLs(Context& ctx);
+int cmdSecretRm(Context& ctx, const std::vector<std::string>& names);
 int cmdPauseResume(Context& ctx, const std::vector<std::string>& ids, bool pause);
 
 }  // namespace space::cli

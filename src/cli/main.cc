@@ -20,6 +20,11 @@ void addCreateOptions(CLI::App* cmd, CreateOptions& o) {
   cmd->add_option("--env,-e", o.env, "KEY=VALUE for every process (repeatable)");
   cmd->add_option("--label,-l", o.labels, "KEY=VALUE label (repeatable)");
   cmd->add_option("--ttl", o.ttl, "delete after this long, e.g. 30m or 2h");
+  cmd->add_option("--net-mode", o.net_mode, "egress mode: deny-all (default), allow-list, allow-all-public")
+      ->check(CLI::IsMember({"deny-all", "allow-list", "allow-all-public"}));
+  cmd->add_option("--net-allow", o.net_allow, "allow a domain (*.suffix for subdomains) or CIDR, [:PORT] (repeatable)");
+  cmd->add_option("--net-deny", o.net_deny, "deny a domain or CIDR, [:PORT] (repeatable)");
+  cmd->add_option("--secret", o.secrets, "stored secret NAME: the sandbox gets $NAME = a placeholder (repeatable)");
 }
 
 void addExecOptions(CLI::App* cmd, ExecOptions& o, bool foreground) {
@@ -111,6 +116,35 @@ int main(int argc, char** argv) {
   c_kill->add_option("PROCID", proc)->required();
   c_kill->add_option("SIG", sig);
 
+  std::string net_mode;
+  std::vector<std::string> net_allow, net_deny;
+  bool net_follow = false;
+  auto* c_net = app.add_subcommand("net", "show or change a sandbox's egress policy: space net ID [--allow D] [--deny D] [--mode M]");
+  // Not required at parse time: `space net log ID` has no ID before "log".
+  c_net->add_option("ID", id);
+  c_net->add_option("--mode", net_mode, "deny-all, allow-list or allow-all-public")
+      ->check(CLI::IsMember({"deny-all", "allow-list", "allow-all-public"}));
+  c_net->add_option("--allow", net_allow, "add an allow rule: domain, *.suffix or CIDR, [:PORT] (repeatable)");
+  c_net->add_option("--deny", net_deny, "add a deny rule (repeatable)");
+  auto* c_net_log = c_net->add_subcommand("log", "the gateway's audit lines of a sandbox");
+  std::string net_log_id;
+  c_net_log->add_option("LOG_ID", net_log_id)->required();
+  c_net_log->add_flag("--follow,-f", net_follow, "keep printing new lines");
+
+  SecretOptions secret;
+  std::vector<std::string> secret_names;
+  auto* c_secret = app.add_subcommand("secret", "credentials the egress gateway injects (values never enter a sandbox)");
+  c_secret->require_subcommand(1);
+  auto* c_secret_set = c_secret->add_subcommand("set", "store a secret: space secret set NAME --value-file F --host H");
+  c_secret_set->add_option("NAME", secret.name)->required();
+  c_secret_set->add_option("--value-file", secret.value_file, "file holding the value (- for stdin)")->required();
+  c_secret_set->add_option("--host", secret.hosts, "host the value may be sent to, exact or *.suffix (repeatable)")->required();
+  c_secret_set->add_option("--header", secret.header, "header that carries it (default Authorization)");
+  c_secret_set->add_option("--format", secret.format, "set the header to this, {} = the value (e.g. \"Bearer {}\")");
+  auto* c_secret_ls = c_secret->add_subcommand("ls", "list secrets (names and bindings only)");
+  auto* c_secret_rm = c_secret->add_subcommand("rm", "remove secrets");
+  c_secret_rm->add_option("NAME", secret_names)->required();
+
   auto* c_key = app.add_subcommand("key", "API keys for TCP clients (run on the daemon's host)");
   c_key->require_subcommand(1);
   auto* c_key_create = c_key->add_subcommand("create", "make a key; prints the secret once");
@@ -161,6 +195,14 @@ int main(int argc, char** argv) {
   if (c_ps->parsed()) return cmdPs(ctx, id);
   if (c_start->parsed()) return cmdStart(ctx, id, start);
   if (c_kill->parsed()) return cmdKill(ctx, id, proc, sig);
+  if (c_net_log->parsed()) return cmdNetLog(ctx, net_log_id, net_follow);
+  if (c_net->parsed()) {
+    if (id.empty()) return fail(&ctx, Error{ErrorKind::kInvalidArgument, 0, "space net ID [--allow D] [--deny D] [--mode M] | space net log ID [--follow]"});
+    return cmdNet(ctx, id, net_mode, net_allow, net_deny);
+  }
+  if (c_secret_set->parsed()) return cmdSecretSet(ctx, secret);
+  if (c_secret_ls->parsed()) return cmdSecretLs(ctx);
+  if (c_secret_rm->parsed()) return cmdSecretRm(ctx, secret_names);
   if (c_key_create->parsed()) return cmdKeyCreate(ctx, name);
   if (c_key_ls->parsed()) return cmdKeyLs(ctx);
   if (c_key_revoke->parsed()) return cmdKeyRevoke(ctx, id);

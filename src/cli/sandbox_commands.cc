@@ -39,6 +39,10 @@ Result<nlohmann::json> createBody(const CreateOptions& o) {
     ASSIGN_OR_RETURN(auto kv, parseKeyValue("--label", l));
     body["labels"][kv.first] = kv.second;
   }
+  if (!o.net_mode.empty() || !o.net_allow.empty() || !o.net_deny.empty()) {
+    ASSIGN_OR_RETURN(body["network"], networkPolicy(o.net_mode, o.net_allow, o.net_deny, nlohmann::json::object()));
+  }
+  for (const auto& s : o.secrets) body["secrets"].push_back(s);
   return body;
 }
 

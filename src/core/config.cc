@@ -108,6 +108,36 @@ Result<DaemonConfig> DaemonConfig::fromJson(const json& j, DaemonConfig base) {
       TRY(readInt(v, key, c.vm_default_memory_mib, 64, int64_t{1} << 30));
     } else if (key == "vm_pool_size") {
       TRY(readInt(v, key, c.vm_pool_size, 0, 1000));
+    } else if (key == "egress") {
+      // true/false, or "auto" | "on" | "off".
+      if (v.is_boolean()) {
+        c.egress = v.get<bool>() ? "on" : "off";
+      } else {
+        TRY(readString(v, key, c.egress));
+        if (c.egress != "auto" && c.egress != "on" && c.egress != "off")
+          return makeError(ErrorKind::kInvalidArgument, "config: egress must be true, false or \"auto\"");
+      }
+    } else if (key == "egress_binary") {
+      TRY(readString(v, key, c.egress_binary));
+    } else if (key == "egress_pool") {
+      TRY(readString(v, key, c.egress_pool));
+    } else if (key == "egress_transparent_port") {
+      TRY(readInt(v, key, c.egress_transparent_port, 1, 65535));
+    } else if (key == "egress_proxy_port") {
+      TRY(readInt(v, key, c.egress_proxy_port, 1, 65535));
+    } else if (key == "egress_dns_port") {
+      TRY(readInt(v, key, c.egress_dns_port, 1, 65535));
+    } else if (key == "egress_upstream_resolvers") {
+      TRY(readString(v, key, c.egress_upstream_resolvers));
+    } else if (key == "egress_upstream_ca_file") {
+      TRY(readString(v, key, c.egress_upstream_ca_file));
+    } else if (key == "egress_test_external_subnets") {
+      if (!v.is_array()) return makeError(ErrorKind::kInvalidArgument, "config: {} must be an array of CIDR strings", key);
+      c.egress_test_external_subnets.clear();
+      for (const auto& e : v) {
+        if (!e.is_string()) return makeError(ErrorKind::kInvalidArgument, "config: {} must be an array of CIDR strings", key);
+        c.egress_test_external_subnets.push_back(e.get<std::string>());
+      }
     } else if (key == "log_level") {
       TRY(readString(v, key, c.log_level));
       static const char* kLevels[] = {"trace", "debug", "info", "warn", "error", "critical", "off"};
@@ -150,7 +180,16 @@ nlohmann::json DaemonConfig::toJson() const {
           {"vm_initrd", vm_initrd},
           {"vm_allow_tcg", vm_allow_tcg},
           {"vm_pool_size", vm_pool_size},
-          {"vm_default_memory_mib", vm_default_memory_mib}};
+          {"vm_default_memory_mib", vm_default_memory_mib},
+          {"egress", egress},
+          {"egress_binary", egress_binary},
+          {"egress_pool", egress_pool},
+          {"egress_transparent_port", egress_transparent_port},
+          {"egress_proxy_port", egress_proxy_port},
+          {"egress_dns_port", egress_dns_port},
+          {"egress_upstream_resolvers", egress_upstream_resolvers},
+          {"egress_upstream_ca_file", egress_upstream_ca_file},
+          {"egress_test_external_subnets", egress_test_external_subnets}};
 }
 
 }  // namespace space::core

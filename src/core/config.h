@@ -3,6 +3,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -34,6 +35,20 @@ struct DaemonConfig {
   bool vm_allow_tcg = true;                // false: KVM or no vm tier (no software emulation)
   int vm_pool_size = 2;                    // pooled VMs per pooled template (restored and stopped)
   uint64_t vm_default_memory_mib = 256;    // guest RAM of a VM when create gives no memory
+  // The egress gateway (docs/egress.md). "auto": on when space-egress is found and nftables works, with a
+  // log line saying which; "on": required (start-up fails without it); "off": jail sandboxes keep a
+  // netns with only lo.
+  std::string egress = "auto";
+  std::string egress_binary;               // default: space-egress next to spaced
+  std::string egress_pool = "10.200.0.0/16";  // sandbox /30s are cut from it
+  uint16_t egress_transparent_port = 15001;
+  uint16_t egress_proxy_port = 15002;
+  uint16_t egress_dns_port = 15053;
+  std::string egress_upstream_resolvers;   // "1.1.1.1,9.9.9.9:53"; empty: the host's resolv.conf
+  std::string egress_upstream_ca_file;     // CAs upstream certificates must chain to; empty: the system's
+  // DANGER, tests only: CIDRs whose private addresses space-egress treats as public. Settable only in the
+  // daemon's config file (no flag, no API); handed to space-egress's config file; logged loudly.
+  std::vector<std::string> egress_test_external_subnets;
 
   static Result<DaemonConfig> fromJson(const nlohmann::json& j, DaemonConfig base);
   nlohmann::json toJson() const;

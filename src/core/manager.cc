@@ -27,6 +27,7 @@ Manager::Manager(DaemonConfig config, std::unique_ptr<store::Store> store, std::
       templates_(std::move(templates)) {}
 
 Manager::~Manager() {
+  egress_.reset();  // its watcher calls back into the manager
   stopping_ = true;
   pool_cv_.notify_all();
   if (pool_thread_.joinable()) pool_thread_.join();
@@ -157,6 +158,13 @@ Result<Manager::Started> Manager::startSandbox(const store::TemplateRecord& tpl,
     return tl::unexpected(err.context("start sandbox " + rec.id));
   }
   rec.persisted = inst->persisted.state;
+  if (egress_ && rec.persisted.contains("net")) {
+    if (auto st = attachEgress(rec, *inst); !st) {
+      (void)rt.destroy(inst->persisted);
+      (void)store_->deleteSandbox(rec.id);
+      return tl::unexpected(st.error().context("start sandbox " + rec.id + ": egress"));
+    }
+  }
   // A pooled sandbox is ready; one being made for a request is "starting" until the request is answered
   // (the reaper leaves it alone, and a crash before then cleans it at start-up).
   rec.state = pooled ? "running" : "starting";
@@ -203,6 +211,7 @@ Result<SandboxView> Manager::create(const CreateSandbox& cmd) {
   ASSIGN_OR_RETURN(runtime::Limits limits, resolveLimits(cmd, isolation));
   if (cmd.cold_boot && isolation != "vm")
     return makeError(ErrorKind::kInvalidArgument, "cold_boot applies to the vm tier only");
+  TRY(checkEgressRequest(cmd, isolation));
   auto tpl = store_->getTemplate(template_name);
   if (!tpl) {
     if (tpl.error().kind == ErrorKind::kNotFound)
@@ -230,7 +239,17 @@ Result<SandboxView> Manager::create(const CreateSandbox& cmd) {
     counters_.creates_fresh++;
     started = std::move(*fresh);
   }
-  if (auto st = handOver(*started, cmd.env); !st) {
+  std::map<std::string, std::string> env = cmd.env;
+  if (egress_ && started->record.spec.contains("egress")) {
+    auto extra = handOverEgress(started->record, cmd);
+    if (!extra) {
+      counters_.create_failures++;
+      (void)destroyRecord(started->record);
+      return tl::unexpected(extra.error().context("start sandbox " + started->record.id));
+    }
+    for (auto& [k, v] : *extra) env.emplace(k, v);  // the request's own env wins
+  }
+  if (auto st = handOver(*started, env); !st) {
     counters_.create_failures++;
     (void)destroyRecord(started->record);
     return tl::unexpected(st.error().context("start sandbox " + started->record.id));
@@ -243,7 +262,7 @@ Result<SandboxView> Manager::create(const CreateSandbox& cmd) {
   rec.created_ms = nowUnixMs();
   int64_t ttl = cmd.ttl_s ? cmd.ttl_s : config_.default_ttl_s;
   rec.expires_ms = ttl ? rec.created_ms + ttl * 1000 : 0;
-  rec.spec["env_keys"] = nlohmann::json::array();
+  rec.spec["env_keys"] = nlohmann::json::array();  // names only: values (placeholders too) stay out of the row
   for (auto& [k, v] : cmd.env) rec.spec["env_keys"].push_back(k);
   rec.spec["ttl_s"] = ttl;
   if (auto st = store_->updateSandbox(rec); !st) {
@@ -280,6 +299,7 @@ Status Manager::destroyRecord(store::SandboxRecord rec) {
     std::lock_guard lock(mu_);
     live_.erase(rec.id);
   }
+  detachEgress(rec);
   TRY(runtimeFor(rec.runtime).destroy(runtime::PersistedInstance{rec.id, rec.runtime, rec.persisted}));
   TRY(store_->deleteSandbox(rec.id));
   counters_.destroys++;

@@ -30,6 +30,17 @@ struct CreateSandbox {
   std::map<std::string, std::string> labels;
   int64_t ttl_s = 0;                            // 0 = daemon default (which may be none)
   bool cold_boot = false;                       // vm: boot the kernel instead of restoring the template's snapshot
+  std::optional<nlohmann::json> network;        // egress policy (validated, normalised); unset = deny-all
+  std::vector<std::string> secrets;             // names of stored secrets the sandbox gets placeholders for
+};
+
+// PUT /v1/secrets/{name} and POST /v1/secrets: the value is sealed before it is stored, never returned.
+struct SetSecret {
+  std::string name;
+  std::string value;
+  std::vector<std::string> hosts;
+  std::string header = "Authorization";
+  std::string format;
 };
 
 struct SandboxView {
@@ -57,6 +68,10 @@ struct BuildTemplate {
 using ProgressFn = std::function<void(const std::string& line)>;
 
 class SandboxManager {
+ protected:
+  static Error unsupportedEgressError() { return Error{ErrorKind::kUnsupported, 0, "egress is not available"}; }
+  static tl::unexpected<Error> unsupportedEgress() { return tl::unexpected(unsupportedEgressError()); }
+
  public:
   virtual ~SandboxManager() = default;
 
@@ -79,6 +94,20 @@ class SandboxManager {
   virtual Result<nlohmann::json> warmTemplate(const std::string& name) = 0;
   // What each isolation tier can do on this node ({"jail": {...}, "vm": {...}, "auto": "jail"|"vm"}).
   virtual nlohmann::json isolationInfo() = 0;
+
+  // Egress (docs/egress.md): a running sandbox's network policy, its audit lines, and the node's secrets.
+  virtual Result<nlohmann::json> getNetwork(const std::string& id) { return unsupportedEgress(); }
+  virtual Result<nlohmann::json> setNetwork(const std::string& id, const nlohmann::json& policy) {
+    return unsupportedEgress();
+  }
+  // Calls sink with every audit line of the sandbox (then, with follow, new ones as they come) until sink
+  // returns false.
+  virtual Status streamNetLog(const std::string& id, bool follow, const std::function<bool(const std::string&)>& sink) {
+    return unsupportedEgress();
+  }
+  virtual Result<store::SecretRecord> setSecret(const SetSecret& cmd) { return unsupportedEgress(); }
+  virtual Result<std::vector<store::SecretRecord>> listSecrets() { return unsupportedEgress(); }
+  virtual Status removeSecret(const std::string& name) { return unsupportedEgress(); }
 
   virtual store::Store& store() = 0;
   // Prometheus text lines for the manager's own gauges and counters.

@@ -4,10 +4,50 @@
 
 #include <spdlog/spdlog.h>
 
+#include "core/egress_supervisor.h"
 #include "core/manager_impl.h"
 #include "runtime/jail/jail_runtime.h"
 
 namespace space::core {
+
+namespace {
+
+struct Egress {
+  std::unique_ptr<EgressSupervisor> supervisor;
+  std::shared_ptr<net::AddressPool> pool;
+};
+
+// The egress switch: "off" keeps sandboxes without a network; "auto" turns egress on when it can and
+// says loudly when it cannot; "on" refuses to start without it.
+Result<std::optional<Egress>> startEgress(const DaemonConfig& config) {
+  if (config.egress == "off") {
+    spdlog::warn("egress: OFF by configuration; jail sandboxes get a network namespace with only lo (no network)");
+    return std::optional<Egress>();
+  }
+  ASSIGN_OR_RETURN(net::AddressPool pool, net::AddressPool::parse(config.egress_pool));
+  EgressSettings s;
+  s.binary = config.egress_binary;
+  s.state_dir = config.state_dir;
+  s.ports.transparent = config.egress_transparent_port;
+  s.ports.proxy = config.egress_proxy_port;
+  s.ports.dns = config.egress_dns_port;
+  s.pool = pool.cidr();
+  s.upstream_resolvers = config.egress_upstream_resolvers;
+  s.upstream_ca_file = config.egress_upstream_ca_file;
+  s.test_external_subnets = config.egress_test_external_subnets;
+  if (!config.listen.empty()) s.protected_listeners.push_back(config.listen);
+  auto sup = EgressSupervisor::start(s);
+  if (!sup) {
+    if (config.egress == "on") return tl::unexpected(sup.error().context("egress is on"));
+    spdlog::warn("egress: OFF, unavailable ({}); jail sandboxes get a network namespace with only lo (no network)",
+                 sup.error().message);
+    return std::optional<Egress>();
+  }
+  spdlog::info("egress: on; sandbox pool {}, space-egress pid {}", s.pool, (*sup)->pid());
+  return std::optional<Egress>(Egress{std::move(*sup), std::make_shared<net::AddressPool>(pool)});
+}
+
+}  // namespace
 
 Result<std::unique_ptr<SandboxManager>> makeSandboxManager(const DaemonConfig& config) {
   if (mkdir(config.state_dir.c_str(), 0711) < 0 && errno != EEXIST)
@@ -25,6 +65,11 @@ Result<std::unique_ptr<SandboxManager>> makeSandboxManager(const DaemonConfig& c
   jail_config.agent_binary = config.agent_binary;
   jail_config.seccomp_policy = config.seccomp_policy;
   jail_config.cgroup_parent = config.cgroup_parent;
+  ASSIGN_OR_RETURN(auto egress, startEgress(config));
+  if (egress) {
+    jail_config.network_pool = egress->pool;
+    jail_config.network.explicit_proxy_port = egress->supervisor->ports().explicit_proxy_port;
+  }
   ASSIGN_OR_RETURN(auto jail, jail::JailRuntime::create(jail_config));
 
   // The vm tier: present when the guest artifacts and QEMU are; a node without them runs jails only and
@@ -51,6 +96,7 @@ Result<std::unique_ptr<SandboxManager>> makeSandboxManager(const DaemonConfig& c
   if (auto st = templates->removeInterruptedBuilds(); !st) return tl::unexpected(st.error());
   auto manager = std::make_unique<Manager>(config, std::move(store), std::move(jail), std::move(vm),
                                             std::move(vm_unavailable), std::move(templates));
+  if (egress) manager->setEgress(std::move(egress->supervisor));
   TRY(manager->startBackground());
   return std::unique_ptr<SandboxManager>(std::move(manager));
 }

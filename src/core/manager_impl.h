@@ -12,9 +12,11 @@
 #include <thread>
 
 #include "core/config.h"
+#include "core/egress_supervisor.h"
 #include "core/manager.h"
 #include "runtime/runtime.h"
 #include "runtime/vm/vm_runtime.h"
+#include "store/secret_box.h"
 #include "store/store.h"
 #include "store/templates.h"
 
@@ -41,6 +43,8 @@ class Manager final : public SandboxManager {
           std::unique_ptr<vm::VmRuntime> vm, std::string vm_unavailable, std::unique_ptr<store::TemplateBuilder> templates);
   ~Manager() override;
 
+  // The egress gateway (null: off). Before startBackground().
+  void setEgress(std::unique_ptr<EgressSupervisor> egress) { egress_ = std::move(egress); }
   Status startBackground();  // reconcile, then start the pool filler and the reaper
 
   Result<SandboxView> create(const CreateSandbox& cmd) override;
@@ -55,6 +59,12 @@ class Manager final : public SandboxManager {
   Status removeTemplate(const std::string& name) override;
   Result<nlohmann::json> warmTemplate(const std::string& name) override;
   nlohmann::json isolationInfo() override;
+  Result<nlohmann::json> getNetwork(const std::string& id) override;
+  Result<nlohmann::json> setNetwork(const std::string& id, const nlohmann::json& policy) override;
+  Status streamNetLog(const std::string& id, bool follow, const std::function<bool(const std::string&)>& sink) override;
+  Result<store::SecretRecord> setSecret(const SetSecret& cmd) override;
+  Result<std::vector<store::SecretRecord>> listSecrets() override;
+  Status removeSecret(const std::string& name) override;
   store::Store& store() override { return *store_; }
   std::string metricsText() override;
 
@@ -95,6 +105,21 @@ class Manager final : public SandboxManager {
   runtime::SandboxSpec specFor(const store::SandboxRecord& rec, const store::TemplateRecord& tpl,
                                const runtime::Limits& limits) const;
 
+  // Egress (egress_wiring.cc). rec.spec["egress"] = {"policy", "secrets": [{"name", "placeholder"}], "ca",
+  // "ca_bundle"}: what re-registering the sandbox with a new space-egress needs (values come from the store).
+  Status checkEgressRequest(const CreateSandbox& cmd, const std::string& isolation) const;
+  // A new networked sandbox: its CA (kept by spaced), installed in its trust store, and a deny-all
+  // registration. Pooled sandboxes get this ahead of demand.
+  Status attachEgress(store::SandboxRecord& rec, runtime::Instance& inst);
+  // Hand-over: the request's policy and secrets go to space-egress; returns the environment the sandbox
+  // gets for them (CA bundle variables, one placeholder per secret).
+  Result<std::map<std::string, std::string>> handOverEgress(store::SandboxRecord& rec, const CreateSandbox& cmd);
+  void detachEgress(const store::SandboxRecord& rec);
+  Result<nlohmann::json> secretBindings(const nlohmann::json& bound);
+  Result<nlohmann::json> egressRegistration(const store::SandboxRecord& rec);
+  void resyncEgress();  // every live sandbox again (a new space-egress knows none)
+  Result<store::SecretBox*> secretBox();
+
   // Reconciliation and reaping (reconcile.cc)
   Status reconcile();
   void reapLoop();
@@ -106,6 +131,9 @@ class Manager final : public SandboxManager {
   std::unique_ptr<vm::VmRuntime> vm_;
   std::string vm_unavailable_;
   std::unique_ptr<store::TemplateBuilder> templates_;
+  std::unique_ptr<EgressSupervisor> egress_;
+  std::mutex secret_box_mu_;
+  std::optional<store::SecretBox> secret_box_;
 
   std::mutex mu_;                                  // guards live_, pool_, starting_slots_
   std::map<std::string, runtime::Instance> live_;  // every running sandbox (pooled or handed out)

@@ -6,6 +6,7 @@
 
 #include "common/ids.h"
 #include "core/manager_impl.h"
+#include "runtime/jail/jail_runtime.h"
 
 namespace space::core {
 
@@ -57,6 +58,18 @@ Status Manager::reconcile() {
     }
     closedir(d);
   }
+  // Sandbox links of sandboxes that no longer exist (a crash between link and row update, a lost row).
+  if (auto* jail = dynamic_cast<jail::JailRuntime*>(jail_.get()); jail && jail->networked()) {
+    std::set<std::string> keep;
+    store::SandboxFilter everything;
+    everything.include_pooled = true;
+    if (auto left = store_->listSandboxes(everything)) {
+      for (const auto& rec : *left)
+        if (auto link = jail::persistedLink(rec.persisted); !link.empty()) keep.insert(link);
+      jail->removeUnknownLinks(keep);
+    }
+  }
+  resyncEgress();
   return ok();
 }
 
@@ -108,6 +121,10 @@ void Manager::reapLoop() {
 
 Status Manager::startBackground() {
   TRY(reconcile());
+  if (egress_) {
+    egress_->setOnRestart([this] { resyncEgress(); });
+    egress_->startWatching();
+  }
   pool_thread_ = std::thread([this] { fillPoolLoop(); });
   reaper_thread_ = std::thread([this] { reapLoop(); });
   return ok();

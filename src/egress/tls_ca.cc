@@ -118,6 +118,16 @@ std::string CertAuthority::certPem() const {
   return out;
 }
 
+std::string CertAuthority::keyPem() const {
+  BIO* b = BIO_new(BIO_s_mem());
+  PEM_write_bio_PrivateKey(b, key_, nullptr, nullptr, 0, nullptr, nullptr);
+  char* data = nullptr;
+  long n = BIO_get_mem_data(b, &data);
+  std::string out(data, size_t(n));
+  BIO_free(b);
+  return out;
+}
+
 Result<std::shared_ptr<SSL_CTX>> CertAuthority::serverContext(const std::string& host) {
   std::lock_guard lock(mu_);
   if (auto it = leaves_.find(host); it != leaves_.end()) return it->second;

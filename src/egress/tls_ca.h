@@ -28,6 +28,9 @@ class CertAuthority {
   ~CertAuthority();
 
   std::string certPem() const;
+  // The CA's private key: spaced keeps each sandbox's CA (so that a restarted space-egress presents the
+  // certificate the sandbox already trusts) and hands it back with `register`.
+  std::string keyPem() const;
   // A server SSL_CTX presenting a leaf for host (normalised name), signed by this CA; cached per host.
   // Only HTTP/1.1 is offered by ALPN: the gateway parses every request.
   Result<std::shared_ptr<SSL_CTX>> serverContext(const std::string& host);

@@ -8,7 +8,7 @@ namespace space::store {
 namespace {
 
 // Append only: a released migration never changes, because databases in the field have already run it.
-constexpr std::array<std::string_view, 1> kMigrations = {
+constexpr std::array<std::string_view, 2> kMigrations = {
     // 1: templates, sandboxes, API keys.
     R"sql(
 CREATE TABLE templates (
@@ -49,6 +49,17 @@ CREATE TABLE api_keys (
 );
 -- A name identifies one active key; revoked keys keep their name for the audit trail.
 CREATE UNIQUE INDEX api_keys_active_name ON api_keys(name) WHERE revoked_ms = 0;
+)sql",
+    // 2: secrets injected by the egress gateway; the value only sealed (store/secret_box.h).
+    R"sql(
+CREATE TABLE secrets (
+  name          TEXT PRIMARY KEY,
+  hosts         TEXT NOT NULL,          -- JSON array of names or "*.suffix"
+  header        TEXT NOT NULL,
+  format        TEXT NOT NULL,          -- "" = replace the placeholder inside the header
+  sealed_value  TEXT NOT NULL,          -- hex(nonce || AES-256-GCM ciphertext || tag), AAD = name
+  created_ms    INTEGER NOT NULL
+);
 )sql",
 };
 

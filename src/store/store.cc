@@ -353,7 +353,54 @@ class SqliteStore final : public Store {
     return key;
   }
 
+  Status putSecret(const SecretRecord& r) override {
+    auto lock = db_.lock();
+    ASSIGN_OR_RETURN(auto stmt, db_.prepare("INSERT OR REPLACE INTO secrets (name, hosts, header, format, sealed_value, "
+                                            "created_ms) VALUES (?, ?, ?, ?, ?, ?)"));
+    TRY(stmt.bindAll(r.name, dumpJson(r.hosts), r.header, r.format, r.sealed_value, r.created_ms ? r.created_ms : nowMs()));
+    return stmt.run();
+  }
+
+  Result<SecretRecord> getSecret(const std::string& name) override {
+    ASSIGN_OR_RETURN(auto all, selectSecrets("WHERE name = ?", name));
+    if (all.empty()) return makeError(ErrorKind::kNotFound, "secret {} not found", name);
+    return all.front();
+  }
+
+  Result<std::vector<SecretRecord>> listSecrets() override { return selectSecrets("", ""); }
+
+  Status deleteSecret(const std::string& name) override {
+    auto lock = db_.lock();
+    ASSIGN_OR_RETURN(auto stmt, db_.prepare("DELETE FROM secrets WHERE name = ?"));
+    TRY(stmt.bind(1, name));
+    TRY(stmt.run());
+    if (db_.changes() == 0) return makeError(ErrorKind::kNotFound, "secret {} not found", name);
+    return ok();
+  }
+
  private:
+  Result<std::vector<SecretRecord>> selectSecrets(const std::string& where, const std::string& arg) {
+    auto lock = db_.lock();
+    ASSIGN_OR_RETURN(auto stmt, db_.prepare("SELECT name, hosts, header, format, sealed_value, created_ms FROM secrets " +
+                                            where + " ORDER BY name"));
+    if (!where.empty()) TRY(stmt.bind(1, arg));
+    std::vector<SecretRecord> out;
+    for (;;) {
+      ASSIGN_OR_RETURN(bool row, stmt.step());
+      if (!row) break;
+      SecretRecord r;
+      r.name = stmt.columnText(0);
+      ASSIGN_OR_RETURN(auto hosts, parseJson(stmt.columnText(1), "secret hosts"));
+      for (const auto& h : hosts) r.hosts.push_back(h.get<std::string>());
+      r.header = stmt.columnText(2);
+      r.format = stmt.columnText(3);
+      r.sealed_value = stmt.columnText(4);
+      r.created_ms = stmt.columnInt(5);
+      out.push_back(std::move(r));
+    }
+    return out;
+  }
+
   Result<int> countWhere(std::string_view table, std::string_view column, const std::string& value) {
     ASSIGN_OR_RETURN(auto stmt, db_.prepare(fmt::format("SELECT COUNT(*) FROM {} WHERE {} = ?", table, column)));
     TRY(stmt.bind(1, value));
@@ -399,6 +446,11 @@ Result<int> Store::insertSandboxWithFreeUidSlot(const SandboxRecord& s) {
     }
   }
 }
+
+Status Store::putSecret(const SecretRecord&) { return makeError(ErrorKind::kUnsupported, "this store keeps no secrets"); }
+Result<SecretRecord> Store::getSecret(const std::string& name) { return makeError(ErrorKind::kNotFound, "secret {} not found", name); }
+Result<std::vector<SecretRecord>> Store::listSecrets() { return std::vector<SecretRecord>{}; }
+Status Store::deleteSecret(const std::string& name) { return makeError(ErrorKind::kNotFound, "secret {} not found", name); }
 
 Result<int> Store::countTemplatesWithId(const std::string& template_id) {
   ASSIGN_OR_RETURN(auto all, listTemplates());

@@ -48,6 +48,15 @@ struct ApiKeyRecord {
   int64_t revoked_ms = 0;     // 0 = active
 };
 
+struct SecretRecord {
+  std::string name;
+  std::vector<std::string> hosts;
+  std::string header = "Authorization";
+  std::string format;
+  std::string sealed_value;   // never the value itself (store/secret_box.h)
+  int64_t created_ms = 0;
+};
+
 struct SandboxFilter {
   std::map<std::string, std::string> labels;  // all must match
   std::optional<std::string> state;
@@ -86,6 +95,12 @@ class Store {
   virtual Result<std::vector<ApiKeyRecord>> listApiKeys() = 0;
   virtual Status revokeApiKey(const std::string& id_or_name) = 0;
   virtual Result<ApiKeyRecord> verifyApiKey(const std::string& secret) = 0;  // kUnauthenticated
+
+  // Secrets of the egress gateway (sealed values only).
+  virtual Status putSecret(const SecretRecord& s);  // replaces by name
+  virtual Result<SecretRecord> getSecret(const std::string& name);  // kNotFound
+  virtual Result<std::vector<SecretRecord>> listSecrets();
+  virtual Status deleteSecret(const std::string& name);  // kNotFound
 };
 
 }  // namespace space::store

@@ -449,6 +449,9 @@ class Daemon:
         self.config_path = self.state / "config.json"
         self.config = config if config is not None else {"pool_size": 2, "default_template": "busybox",
                                                          "pool_templates": "busybox"}
+        # The egress gateway owns host-wide things (one nftables table, its ports, the sandbox address
+        # pool), so only the tests that are about it turn it on, one daemon at a time (test_egress.py).
+        self.config.setdefault("egress", False)
         self.extra_args = list(extra_args)
         self.proc: subprocess.Popen | None = None
         self.log_path = self.state / "spaced.log"
@@ -492,8 +495,11 @@ class Daemon:
         except OSError as e:
             return f"(no log: {e})"
 
-    def stop(self, sig=signal.SIGTERM, timeout: float = 30) -> int | None:
+    def stop(self, sig=signal.SIGTERM, timeout: float = 30, keep_egress: bool = False) -> int | None:
+        """Stops spaced and (unless keep_egress) the space-egress it started, which by design outlives it."""
         if not self.proc or self.proc.poll() is not None:
+            if not keep_egress:
+                self.stop_egress()
             return self.proc.returncode if self.proc else None
         self.proc.send_signal(sig)
         try:
@@ -502,6 +508,28 @@ class Daemon:
             self.proc.kill()
             self.proc.wait(10)
             raise AssertionError(f"spaced did not exit within {timeout}s of {sig!r}:\n{self.log_tail()}")
+        finally:
+            if not keep_egress:
+                self.stop_egress()
+
+    def egress_pid(self) -> int | None:
+        try:
+            pid = int((self.state / "egress" / "egress.pid").read_text().strip())
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+        except (OSError, ValueError):
+            return None
+        return pid if str(self.state).encode() in cmdline else None
+
+    def stop_egress(self):
+        pid = self.egress_pid()
+        if pid is None:
+            return
+        os.kill(pid, signal.SIGTERM)
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline and Path(f"/proc/{pid}").exists():
+            time.sleep(0.05)
+        if Path(f"/proc/{pid}").exists():
+            os.kill(pid, signal.SIGKILL)
 
     def kill9(self):
         self.proc.kill()

@@ -21,6 +21,13 @@ void registerPtyRoutes(Router& r);
 void registerFileRoutes(Router& r);
 void registerTemplateRoutes(Router& r);
 void registerKeyRoutes(Router& r);
+void registerNetworkRoutes(Router& r);
+
+// "network" of POST /v1/sandboxes and the body of PUT /v1/sandboxes/{id}/network: validated by the
+// gateway's own policy parser and returned normalised.
+Result<nlohmann::json> parseNetworkPolicy(const nlohmann::json& j);
+// POST /v1/secrets
+Result<core::SetSecret> parseSetSecret(std::string_view body);
 
 // POST /v1/sandboxes
 Result<core::CreateSandbox> parseCreateSandbox(std::string_view body, uint64_t host_memory_bytes);

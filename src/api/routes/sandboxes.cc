@@ -43,7 +43,7 @@ Status checkLabels(const std::map<std::string, std::string>& labels) {
 
 Result<core::CreateSandbox> parseCreateSandbox(std::string_view body, uint64_t host_memory_bytes) {
   ASSIGN_OR_RETURN(auto in, JsonInput::parse(body, {"template", "isolation", "cpus", "memory_mib", "pids", "disk_mib",
-                                                    "env", "labels", "ttl_s", "cold_boot"}));
+                                                    "env", "labels", "ttl_s", "cold_boot", "network", "secrets"}));
   core::CreateSandbox cmd;
   ASSIGN_OR_RETURN(auto tmpl, in.string("template", 64));
   if (tmpl) {
@@ -87,6 +87,20 @@ Result<core::CreateSandbox> parseCreateSandbox(std::string_view body, uint64_t h
   TRY(checkEnv(cmd.env));
   ASSIGN_OR_RETURN(cmd.labels, in.stringMap("labels", 64));
   TRY(checkLabels(cmd.labels));
+  if (in.has("network")) {
+    ASSIGN_OR_RETURN(auto policy, parseNetworkPolicy(in.raw()["network"]));
+    cmd.network = policy;
+  }
+  ASSIGN_OR_RETURN(auto secrets, in.stringArray("secrets", 32));
+  if (secrets) {
+    std::map<std::string, std::string> as_env;
+    for (const auto& s : *secrets) as_env[s] = "";
+    if (auto st = checkEnv(as_env); !st)
+      return makeError(ErrorKind::kInvalidArgument, "secrets: {}", st.error().message);
+    for (const auto& s : *secrets)
+      if (cmd.env.count(s)) return makeError(ErrorKind::kInvalidArgument, "secrets: '{}' is also set in env", s);
+    cmd.secrets = *secrets;
+  }
   ASSIGN_OR_RETURN(auto ttl, in.integer("ttl_s"));
   if (ttl) {
     // The daemon's max_ttl_s caps it further; here only what can never make sense.

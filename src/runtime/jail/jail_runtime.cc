@@ -95,6 +95,14 @@ Status killAndWait(int pid, uint64_t start_time) {
   return ok();
 }
 
+Status writeSandboxFile(agent::AgentClient& agent, const std::string& path, const std::string& content) {
+  ASSIGN_OR_RETURN(auto writer, agent.writeFile(path, 0644));
+  TRY(writer->write(content));
+  ASSIGN_OR_RETURN(uint64_t n, writer->finish());
+  (void)n;
+  return ok();
+}
+
 }  // namespace
 
 namespace {
@@ -160,6 +168,11 @@ Result<Instance> JailRuntime::start(const SandboxSpec& spec) {
   if (!launched) return tl::unexpected(launched.error().context("start sandbox " + spec.id));
   auto agent = agent::AgentClient::connectUnix(spec.dir + "/agent.sock", kAgentConnectTimeout);
   if (!agent) return tl::unexpected(agent.error().context("start sandbox " + spec.id + ": connect agent"));
+  if (auto subnet = persistedSubnet(persisted.state)) {
+    // The resolver is space-egress's, reached at the host end (nftables redirects UDP/53 to it).
+    auto written = writeSandboxFile(**agent, "/etc/resolv.conf", "nameserver " + subnet->hostText() + "\n");
+    if (!written) return tl::unexpected(written.error().context("start sandbox " + spec.id + ": resolv.conf"));
+  }
   unwind.dismiss();
   return Instance{spec.id, persisted.state["pid"].get<int>(), std::move(*agent), std::move(persisted)};
 }
@@ -190,13 +203,16 @@ Status JailRuntime::launch(const SandboxSpec& spec, PersistedInstance& persisted
   TRY(writeIdMaps(child.pid, spec.uid_base, spec.uid_count));
   TRY(cgroups_->addProcess(spec.id, child.pid));
   TRY(buildRootfs(child.pid, spec.template_rootfs, spec.dir));
+  // The child waits for its go byte inside its new network namespace: give it its link now.
+  if (config_.network_pool) TRY(attachNetwork(*config_.network_pool, child.pid, persisted.state));
 
   JailInitConfig init;
   init.rootfs = spec.dir + "/rootfs";
   init.hostname = spec.hostname;
   init.nofile = spec.limits.nofile;
   init.shm_bytes = config_.shm_bytes;
-  init.env = spec.env;
+  if (auto subnet = persistedSubnet(persisted.state)) init.env = proxyEnv(*subnet, config_.network);
+  for (const auto& [k, v] : spec.env) init.env[k] = v;
   init.seccomp_policy = seccomp_policy_text_;
   TRY(sendMessage(host_sync.get(), std::string(1, kGoByte)));
   TRY(sendMessage(host_sync.get(), init.toJson().dump()));
@@ -234,6 +250,7 @@ Status JailRuntime::destroy(const PersistedInstance& inst) {
   TRY(cgroups_->remove(s.value("cgroup", inst.id)));
   // Only a directory this runtime created: a failed start must not delete a pre-existing one.
   if (!dir.empty() && s.value("dir_created", false)) TRY(removeLayerDisk(dir));
+  if (config_.network_pool) TRY(detachNetwork(*config_.network_pool, s));
   return ok();
 }
 
@@ -244,8 +261,14 @@ Result<Instance> JailRuntime::reattach(const PersistedInstance& inst) {
   std::string sock = inst.state.value("dir", std::string()) + "/agent.sock";
   auto agent = agent::AgentClient::connectUnix(sock, kAgentConnectTimeout);
   if (!agent) return tl::unexpected(agent.error().context("reattach sandbox " + inst.id));
+  if (auto subnet = persistedSubnet(inst.state); subnet && config_.network_pool) {
+    if (auto st = config_.network_pool->reserve(*subnet); !st)
+      spdlog::warn("reattach sandbox {}: subnet {}: {}", inst.id, subnet->cidr(), st.error().message);
+  }
   return Instance{inst.id, pid, std::move(*agent), inst};
 }
+
+void JailRuntime::removeUnknownLinks(const std::set<std::string>& keep) const { jail::removeUnknownLinks(keep); }
 
 Result<runtime::Usage> JailRuntime::usage(const PersistedInstance& inst) {
   ASSIGN_OR_RETURN(CgroupUsage cg, cgroups_->usage(inst.state.value("cgroup", inst.id)));

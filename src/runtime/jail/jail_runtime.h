@@ -7,10 +7,13 @@
 
 #include <chrono>
 #include <memory>
+#include <set>
 #include <string>
 
 #include "common/unique_fd.h"
+#include "net/address_pool.h"
 #include "runtime/jail/cgroup.h"
+#include "runtime/jail/network.h"
 #include "runtime/runtime.h"
 
 namespace space::jail {
@@ -25,6 +28,9 @@ struct JailConfig {
   // Debugging only: the agent's stdout/stderr go to this host file instead of /dev/null. Sandbox code can
   // write to it (it is the agent's stderr), so never set it in production.
   std::string agent_log_path;
+  // The sandbox network (runtime/jail/network.h). Null: sandboxes keep a network namespace with only lo.
+  std::shared_ptr<net::AddressPool> network_pool;
+  NetworkConfig network;
 };
 
 class JailRuntime : public runtime::Runtime {
@@ -43,6 +49,10 @@ class JailRuntime : public runtime::Runtime {
   Status destroy(const runtime::PersistedInstance& inst) override;
   Result<runtime::Instance> reattach(const runtime::PersistedInstance& inst) override;
   Result<runtime::Usage> usage(const runtime::PersistedInstance& inst) override;
+
+  // Start-up reconciliation: deletes sandbox host links not named in keep.
+  void removeUnknownLinks(const std::set<std::string>& keep) const;
+  bool networked() const { return config_.network_pool != nullptr; }
 
   CgroupKind cgroupKind() const { return cgroups_->kind(); }
   std::string sandboxesDir() const { return config_.state_dir + "/sandboxes"; }
