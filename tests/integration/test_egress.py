@@ -50,6 +50,9 @@ def upstream():
         _skip("nftables is not usable here: the egress gateway cannot be tested")
     if not shutil.which("openssl") or not shutil.which("ip"):
         _skip("openssl and iproute2 are needed for the upstream side")
+    if _run("pgrep", "-x", "space-egress", check=False).stdout.split():
+        # Table, ports and address pool are host-wide: one gateway per host.
+        _skip("another SPACE egress gateway runs on this host (a spaced outside the tests); stop it to run these")
     work = Path(tempfile.mkdtemp(prefix="space-egress-test-", dir="/var/tmp"))
     os.chmod(work, 0o755)
     ca_key, ca_crt, key, csr, crt = (work / n for n in ("ca.key", "ca.crt", "leaf.key", "leaf.csr", "leaf.crt"))

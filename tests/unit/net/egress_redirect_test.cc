@@ -61,7 +61,9 @@ TEST(NetEgressRedirect, SandboxTrafficReachesTheGatewayWithItsOriginalDestinatio
   if (!ns) GTEST_SKIP() << "cannot create a network namespace here";
   auto exists = net::tableExists();
   if (!exists) GTEST_SKIP() << "nftables unavailable: " << exists.error().message;
-  ASSERT_FALSE(*exists) << "a table inet space already exists; not touching it";
+  // The table is host-wide: a SPACE gateway running on this host (quickstart, a developer's spaced) owns
+  // it, and this test must neither change nor remove it.
+  if (*exists) GTEST_SKIP() << "a live SPACE egress gateway owns table inet space on this host; not touching it";
 
   auto subnet = *(*net::AddressPool::parse("10.254.1.0/24")).allocate();
   auto link = net::SandboxLink::create(ns.get(), fmt::format("spcr{}", getpid() % 100000), subnet);
