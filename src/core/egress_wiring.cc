@@ -26,14 +26,6 @@ constexpr auto kLogPollInterval = std::chrono::milliseconds(200);
 
 json denyAll() { return {{"mode", "deny-all"}, {"rules", json::array()}}; }
 
-Status writeSandboxFile(agent::AgentClient& agent, const std::string& path, const std::string& content) {
-  ASSIGN_OR_RETURN(auto writer, agent.writeFile(path, 0644));
-  TRY(writer->write(content));
-  ASSIGN_OR_RETURN(uint64_t n, writer->finish());
-  (void)n;
-  return ok();
-}
-
 Result<std::string> readSandboxFile(agent::AgentClient& agent, const std::string& path) {
   ASSIGN_OR_RETURN(auto reader, agent.readFile(path));
   std::string out;
@@ -50,11 +42,11 @@ Result<std::string> readSandboxFile(agent::AgentClient& agent, const std::string
 // SSL_CERT_FILE family of variables should name.
 Result<std::string> installCa(agent::AgentClient& agent, const std::string& cert_pem) {
   TRY(agent.mkdir("/usr/local/share/ca-certificates", /*parents=*/true, 0755));
-  TRY(writeSandboxFile(agent, kCaFile, cert_pem));
+  TRY(agent::writeWholeFile(agent, kCaFile, cert_pem));
   if (!agent.stat(kSystemBundle)) return std::string(kCaFile);
   ASSIGN_OR_RETURN(std::string bundle, readSandboxFile(agent, kSystemBundle));
   if (!bundle.empty() && bundle.back() != '\n') bundle += '\n';
-  TRY(writeSandboxFile(agent, kSystemBundle, bundle + cert_pem));
+  TRY(agent::writeWholeFile(agent, kSystemBundle, bundle + cert_pem));
   return std::string(kSystemBundle);
 }
 

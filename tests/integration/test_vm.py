@@ -34,16 +34,22 @@ def make_vm(make_sandbox, vm):
     return make
 
 
-def qemu_pid(sid: str) -> int:
-    needle = f"/sandboxes/{sid}/qmp.sock".encode()
+def pids_with_cmdline(needle: bytes) -> list[int]:
+    out = []
     for pid in spacelib.all_pids():
         try:
             with open(f"/proc/{pid}/cmdline", "rb") as f:
                 if needle in f.read():
-                    return pid
+                    out.append(pid)
         except OSError:
             continue
-    raise AssertionError(f"no QEMU process for {sid}")
+    return out
+
+
+def qemu_pid(sid: str) -> int:
+    pids = pids_with_cmdline(f"/sandboxes/{sid}/qmp.sock".encode())
+    assert pids, f"no QEMU process for {sid}"
+    return pids[0]
 
 
 def sha256(path: str) -> str:
@@ -237,15 +243,7 @@ def test_kill9_during_template_warmup_leaves_nothing_behind(own_daemon):
     warm_dir = f"{d.state}/vm/run/warm-".encode()
 
     def warmup_vmms():
-        out = []
-        for pid in spacelib.all_pids():
-            try:
-                with open(f"/proc/{pid}/cmdline", "rb") as f:
-                    if warm_dir in f.read():
-                        out.append(pid)
-            except OSError:
-                pass
-        return out
+        return pids_with_cmdline(warm_dir)
 
     def warm():
         try:

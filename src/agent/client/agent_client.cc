@@ -222,4 +222,11 @@ Result<std::shared_ptr<AgentClient>> AgentClient::adopt(int fd, Duration timeout
   return finishAdopt(UniqueFd(fd), timeout);
 }
 
+Status writeWholeFile(AgentClient& agent, const std::string& path, const std::string& content, uint32_t mode) {
+  ASSIGN_OR_RETURN(auto writer, agent.writeFile(path, mode));
+  TRY(writer->write(content));
+  TRY(writer->finish());
+  return ok();
+}
+
 }  // namespace space::agent

@@ -111,6 +111,11 @@ struct Identity {
   std::string machine_id;    // 32 lowercase hex digits for /etc/machine-id; empty = leave it
 };
 
+class AgentClient;
+
+// Writes a small file inside the sandbox in one go (the agent commits it by rename).
+Status writeWholeFile(AgentClient& agent, const std::string& path, const std::string& content, uint32_t mode = 0644);
+
 class AgentClient {
  public:
   virtual ~AgentClient() = default;

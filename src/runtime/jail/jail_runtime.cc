@@ -95,14 +95,6 @@ Status killAndWait(int pid, uint64_t start_time) {
   return ok();
 }
 
-Status writeSandboxFile(agent::AgentClient& agent, const std::string& path, const std::string& content) {
-  ASSIGN_OR_RETURN(auto writer, agent.writeFile(path, 0644));
-  TRY(writer->write(content));
-  ASSIGN_OR_RETURN(uint64_t n, writer->finish());
-  (void)n;
-  return ok();
-}
-
 }  // namespace
 
 namespace {
@@ -170,7 +162,7 @@ Result<Instance> JailRuntime::start(const SandboxSpec& spec) {
   if (!agent) return tl::unexpected(agent.error().context("start sandbox " + spec.id + ": connect agent"));
   if (auto subnet = persistedSubnet(persisted.state)) {
     // The resolver is space-egress's, reached at the host end (nftables redirects UDP/53 to it).
-    auto written = writeSandboxFile(**agent, "/etc/resolv.conf", "nameserver " + subnet->hostText() + "\n");
+    auto written = agent::writeWholeFile(**agent, "/etc/resolv.conf", "nameserver " + subnet->hostText() + "\n");
     if (!written) return tl::unexpected(written.error().context("start sandbox " + spec.id + ": resolv.conf"));
   }
   unwind.dismiss();

@@ -206,6 +206,7 @@ Result<std::unique_ptr<VmRuntime>> VmRuntime::create(const VmConfig& config) {
     ASSIGN_OR_RETURN(cgroups, jail::makeCgroupBackend(config.cgroup_parent));
   }
   std::unique_ptr<VmRuntime> rt(new VmRuntime(config, accel, std::move(cgroups)));
+  if (accel == Accel::kTcg) rt->tsc_khz_ = hostTscKhz();
   rt->cleanInterruptedWarmups();
   return rt;
 }
@@ -262,7 +263,7 @@ QemuSpec VmRuntime::qemuSpecFor(const runtime::SandboxSpec& spec, const std::str
   q.extra_cmdline = config_.extra_cmdline;
   if (accel_ == Accel::kTcg) {
     q.tcg_tb_cache_mib = config_.tcg_tb_cache_mib;
-    if (uint64_t khz = hostTscKhz()) {
+    if (uint64_t khz = tsc_khz_) {
       std::string tsc = "tsc_early_khz=" + std::to_string(khz) + " tsc=reliable";
       q.extra_cmdline = q.extra_cmdline.empty() ? tsc : tsc + " " + q.extra_cmdline;
     }

@@ -122,6 +122,7 @@ class VmRuntime : public runtime::Runtime {
 
   VmConfig config_;
   Accel accel_;
+  uint64_t tsc_khz_ = 0;  // the host's TSC frequency, read once (TCG passes it to every guest)
   std::unique_ptr<jail::CgroupBackend> cgroups_;
   std::mutex mu_;
   std::map<std::string, std::unique_ptr<QmpClient>> qmp_;      // by sandbox id
