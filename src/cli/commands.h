@@ -10,7 +10,7 @@
 namespace space::cli {
 
 struct CreateOptions {
-  std::string template_name, isolation, cpus, memory, pids, disk, ttl;
+  std::string template_name, isolation, cpus, memory, pids, disk, ttl, idle_pause, history_every;
   std::vector<std::string> env, labels;
   std::string net_mode;
   std::vector<std::string> net_allow, net_deny, secrets;
@@ -67,5 +67,10 @@ int cmdSecretSet(Context& ctx, const SecretOptions& o);
 int cmdSecretLs(Context& ctx);
 int cmdSecretRm(Context& ctx, const std::vector<std::string>& names);
 int cmdPauseResume(Context& ctx, const std::vector<std::string>& ids, bool pause);
+int cmdSnapshot(Context& ctx, const std::string& id, const std::string& name);
+int cmdHistory(Context& ctx, const std::string& id);
+int cmdSnapshotRm(Context& ctx, const std::vector<std::string>& snaps);
+int cmdRollback(Context& ctx, const std::string& id, const std::string& snap);
+int cmdFork(Context& ctx, const std::string& id, int count, const std::string& snap);
 
 }  // namespace space::cli

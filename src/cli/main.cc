@@ -20,6 +20,9 @@ void addCreateOptions(CLI::App* cmd, CreateOptions& o) {
   cmd->add_option("--env,-e", o.env, "KEY=VALUE for every process (repeatable)");
   cmd->add_option("--label,-l", o.labels, "KEY=VALUE label (repeatable)");
   cmd->add_option("--ttl", o.ttl, "delete after this long, e.g. 30m or 2h");
+  cmd->add_option("--history-every", o.history_every,
+                  "snapshot automatically this often, e.g. 10m; kept: all for 1h, hourly for 1d, daily for 7d");
+  cmd->add_option("--idle-pause", o.idle_pause, "pause after this long without use, e.g. 10m; the next use resumes it");
   cmd->add_option("--net-mode", o.net_mode, "egress mode: deny-all (default), allow-list, allow-all-public")
       ->check(CLI::IsMember({"deny-all", "allow-list", "allow-all-public"}));
   cmd->add_option("--net-allow", o.net_allow, "allow a domain (*.suffix for subdomains) or CIDR, [:PORT] (repeatable)");
@@ -69,6 +72,24 @@ int main(int argc, char** argv) {
   c_pause->add_option("ID", rm_ids)->required();
   auto* c_resume = app.add_subcommand("resume", "resume paused sandboxes");
   c_resume->add_option("ID", rm_ids)->required();
+
+  std::string snap_name, snap_ref;
+  std::vector<std::string> snap_ids;
+  int fork_count = 1;
+  auto* c_snapshot = app.add_subcommand("snapshot", "snapshot a sandbox; prints only the snapshot id");
+  c_snapshot->add_option("ID", id);
+  c_snapshot->add_option("--name", snap_name, "a name to roll back to (unique per sandbox)");
+  auto* c_snapshot_rm = c_snapshot->add_subcommand("rm", "delete snapshots");
+  c_snapshot_rm->add_option("SNAPSHOT", snap_ids)->required();
+  auto* c_history = app.add_subcommand("history", "list a sandbox's snapshots, oldest first, with their disk use");
+  c_history->add_option("ID", id)->required();
+  auto* c_rollback = app.add_subcommand("rollback", "restore a sandbox in place to a snapshot (id or name)");
+  c_rollback->add_option("ID", id)->required();
+  c_rollback->add_option("SNAPSHOT", snap_ref)->required();
+  auto* c_fork = app.add_subcommand("fork", "new sandboxes from a snapshot of a sandbox; prints their ids");
+  c_fork->add_option("ID", id)->required();
+  c_fork->add_option("-n,--count", fork_count, "how many (1-64)")->check(CLI::Range(1, 64));
+  c_fork->add_option("--snapshot", snap_ref, "start from this snapshot instead of one taken now");
 
   ExecOptions exec;
   auto* c_exec = app.add_subcommand("exec", "run a command in a sandbox: space exec ID -- CMD [ARGS...]");
@@ -210,6 +231,14 @@ int main(int argc, char** argv) {
   if (c_tpl_ls->parsed()) return cmdTemplateLs(ctx);
   if (c_tpl_rm->parsed()) return cmdTemplateRm(ctx, name);
   if (c_tpl_warm->parsed()) return cmdTemplateWarm(ctx, name);
+  if (c_snapshot_rm->parsed()) return cmdSnapshotRm(ctx, snap_ids);
+  if (c_snapshot->parsed()) {
+    if (id.empty()) return fail(&ctx, Error{ErrorKind::kInvalidArgument, 0, "space snapshot ID [--name N] | space snapshot rm SNAPSHOT..."});
+    return cmdSnapshot(ctx, id, snap_name);
+  }
+  if (c_history->parsed()) return cmdHistory(ctx, id);
+  if (c_rollback->parsed()) return cmdRollback(ctx, id, snap_ref);
+  if (c_fork->parsed()) return cmdFork(ctx, id, fork_count, snap_ref);
   if (c_pause->parsed()) return cmdPauseResume(ctx, rm_ids, true);
   if (c_resume->parsed()) return cmdPauseResume(ctx, rm_ids, false);
   return 2;

@@ -28,6 +28,13 @@ Result<nlohmann::json> createBody(const CreateOptions& o) {
     if (end != o.pids.c_str() + o.pids.size() || pids <= 0) return makeError(ErrorKind::kInvalidArgument, "--pids '{}' must be a whole number", o.pids);
     body["pids"] = pids;
   }
+  if (!o.history_every.empty()) {
+    ASSIGN_OR_RETURN(auto every, parseDurationSeconds(o.history_every));
+    body["history"] = {{"every_s", every}};
+  }
+  if (!o.idle_pause.empty()) {
+    ASSIGN_OR_RETURN(body["idle_pause_s"], parseDurationSeconds(o.idle_pause));
+  }
   if (!o.ttl.empty()) {
     ASSIGN_OR_RETURN(body["ttl_s"], parseDurationSeconds(o.ttl));
   }

@@ -119,7 +119,8 @@ runtime::SandboxSpec Manager::specFor(const store::SandboxRecord& rec, const sto
 
 Result<Manager::Started> Manager::startSandbox(const store::TemplateRecord& tpl, const runtime::Limits& limits,
                                                const std::map<std::string, std::string>& env, bool pooled,
-                                               const std::string& isolation, bool cold_boot) {
+                                               const std::string& isolation, bool cold_boot,
+                                               const runtime::SnapshotRef* from) {
   store::SandboxRecord rec;
   rec.id = newSandboxId();
   rec.template_name = tpl.name;
@@ -150,7 +151,7 @@ Result<Manager::Started> Manager::startSandbox(const store::TemplateRecord& tpl,
   spec.env = env;
   spec.pooled = pooled;
   runtime::Runtime& rt = runtimeFor(isolation);
-  auto inst = cold_boot && vm_ ? vm_->bootCold(spec) : rt.prepare(spec);
+  auto inst = from ? rt.restore(*from, spec) : cold_boot && vm_ ? vm_->bootCold(spec) : rt.prepare(spec);
   if (!inst) {
     Error err = inst.error();
     (void)rt.destroy(runtime::PersistedInstance{rec.id, rec.runtime, rec.persisted});
@@ -239,6 +240,11 @@ Result<SandboxView> Manager::create(const CreateSandbox& cmd) {
     counters_.creates_fresh++;
     started = std::move(*fresh);
   }
+  return completeCreate(*started, cmd);
+}
+
+Result<SandboxView> Manager::completeCreate(Started& started_ref, const CreateSandbox& cmd) {
+  Started* started = &started_ref;
   std::map<std::string, std::string> env = cmd.env;
   if (egress_ && started->record.spec.contains("egress")) {
     auto extra = handOverEgress(started->record, cmd);
@@ -265,6 +271,12 @@ Result<SandboxView> Manager::create(const CreateSandbox& cmd) {
   rec.spec["env_keys"] = nlohmann::json::array();  // names only: values (placeholders too) stay out of the row
   for (auto& [k, v] : cmd.env) rec.spec["env_keys"].push_back(k);
   rec.spec["ttl_s"] = ttl;
+  if (cmd.idle_pause_s > 0) rec.spec["idle_pause_s"] = cmd.idle_pause_s;
+  if (cmd.history) rec.spec["history"] = *cmd.history;
+  if (auto st = sealUserEnv(rec, cmd.env); !st) {
+    (void)destroyRecord(rec);
+    return tl::unexpected(st.error());
+  }
   if (auto st = store_->updateSandbox(rec); !st) {
     (void)destroyRecord(rec);
     return tl::unexpected(st.error());
@@ -272,6 +284,7 @@ Result<SandboxView> Manager::create(const CreateSandbox& cmd) {
   {
     std::lock_guard lock(mu_);
     live_[rec.id] = started->instance;
+    last_used_[rec.id] = nowUnixMs();
   }
   return viewOf(rec, false);
 }
@@ -301,6 +314,7 @@ Status Manager::destroyRecord(store::SandboxRecord rec) {
   }
   detachEgress(rec);
   TRY(runtimeFor(rec.runtime).destroy(runtime::PersistedInstance{rec.id, rec.runtime, rec.persisted}));
+  deleteSnapshotsOf(rec.id);
   TRY(store_->deleteSandbox(rec.id));
   counters_.destroys++;
   return ok();
@@ -339,6 +353,7 @@ Status Manager::pause(const std::string& id) {
   runtime::Instance inst = instanceOf(rec);
   TRY(rt.pause(inst));
   rec.state = "paused";
+  rec.spec.erase("auto_paused");  // paused by its owner: only an explicit resume wakes it
   if (auto st = store_->updateSandbox(rec); !st) {
     (void)rt.resume(inst);
     return st;
@@ -354,11 +369,19 @@ Status Manager::resume(const std::string& id) {
   runtime::Instance inst = instanceOf(rec);
   TRY(runtimeFor(rec.runtime).resume(inst));
   rec.state = "running";
+  rec.spec.erase("auto_paused");
   TRY(store_->updateSandbox(rec));
+  touch(id);
   return ok();
 }
 
+void Manager::touch(const std::string& id) {
+  std::lock_guard lock(mu_);
+  last_used_[id] = nowUnixMs();
+}
+
 Result<std::shared_ptr<agent::AgentClient>> Manager::agent(const std::string& id) {
+  touch(id);
   {
     std::lock_guard lock(mu_);
     auto it = live_.find(id);
@@ -370,6 +393,11 @@ Result<std::shared_ptr<agent::AgentClient>> Manager::agent(const std::string& id
   }
   ASSIGN_OR_RETURN(store::SandboxRecord rec, store_->getSandbox(id));
   if (rec.pooled) return makeError(ErrorKind::kNotFound, "sandbox {} not found", id);
+  if (rec.state == "paused" && rec.spec.value("auto_paused", false)) {
+    // Paused for being idle: the next use wakes it.
+    TRY(resume(id));
+    return agent(id);
+  }
   if (rec.state != "running")
     return makeError(ErrorKind::kConflict, "sandbox {} is {}, not running", id, rec.state);
   // The connection broke (agent restarted, transient error): reconnect once.

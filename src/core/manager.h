@@ -29,6 +29,8 @@ struct CreateSandbox {
   std::map<std::string, std::string> env;
   std::map<std::string, std::string> labels;
   int64_t ttl_s = 0;                            // 0 = daemon default (which may be none)
+  int64_t idle_pause_s = 0;                     // pause after this long without an API call; 0 = never
+  std::optional<nlohmann::json> history;        // rolling snapshots (core/retention.h HistoryPolicy), validated
   bool cold_boot = false;                       // vm: boot the kernel instead of restoring the template's snapshot
   std::optional<nlohmann::json> network;        // egress policy (validated, normalised); unset = deny-all
   std::vector<std::string> secrets;             // names of stored secrets the sandbox gets placeholders for
@@ -67,10 +69,25 @@ struct BuildTemplate {
 
 using ProgressFn = std::function<void(const std::string& line)>;
 
+// POST /v1/sandboxes/{id}/fork
+struct ForkSandbox {
+  std::string id;
+  int count = 1;
+  std::string snapshot;                         // id or name; empty = a snapshot taken now
+};
+
+struct ForkResult {
+  store::SnapshotRecord snapshot;
+  std::vector<SandboxView> sandboxes;
+};
+
 class SandboxManager {
  protected:
   static Error unsupportedEgressError() { return Error{ErrorKind::kUnsupported, 0, "egress is not available"}; }
   static tl::unexpected<Error> unsupportedEgress() { return tl::unexpected(unsupportedEgressError()); }
+  static tl::unexpected<Error> unsupportedOp(const char* what) {
+    return tl::unexpected(Error{ErrorKind::kUnsupported, 0, std::string(what) + " are not supported here"});
+  }
 
  public:
   virtual ~SandboxManager() = default;
@@ -81,6 +98,16 @@ class SandboxManager {
   virtual Status destroy(const std::string& id) = 0;
   virtual Status pause(const std::string& id) = 0;
   virtual Status resume(const std::string& id) = 0;
+
+  // Snapshots (docs/snapshots.md). `snapshot` is a snapshot id, or a name given to one of the sandbox's.
+  virtual Result<store::SnapshotRecord> snapshot(const std::string& id, const std::string& name) {
+    return unsupportedOp("snapshots");
+  }
+  virtual Result<std::vector<store::SnapshotRecord>> listSnapshots(const std::string& id) { return unsupportedOp("snapshots"); }
+  virtual Result<store::SnapshotRecord> getSnapshot(const std::string& snapshot) { return unsupportedOp("snapshots"); }
+  virtual Status deleteSnapshot(const std::string& snapshot) { return unsupportedOp("snapshots"); }
+  virtual Result<SandboxView> rollback(const std::string& id, const std::string& snapshot) { return unsupportedOp("rollback"); }
+  virtual Result<ForkResult> fork(const ForkSandbox& cmd) { return unsupportedOp("fork"); }
 
   // The live agent connection of a running sandbox: exec, background processes, PTY and files go
   // straight through it (kConflict when the sandbox is not running, kNotFound when unknown).

@@ -65,6 +65,7 @@ Result<std::unique_ptr<SandboxManager>> makeSandboxManager(const DaemonConfig& c
   jail_config.agent_binary = config.agent_binary;
   jail_config.seccomp_policy = config.seccomp_policy;
   jail_config.cgroup_parent = config.cgroup_parent;
+  jail_config.volume_bytes = config.disk_volume_bytes;
   ASSIGN_OR_RETURN(auto egress, startEgress(config));
   if (egress) {
     jail_config.network_pool = egress->pool;

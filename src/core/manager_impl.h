@@ -53,6 +53,12 @@ class Manager final : public SandboxManager {
   Status destroy(const std::string& id) override;
   Status pause(const std::string& id) override;
   Status resume(const std::string& id) override;
+  Result<store::SnapshotRecord> snapshot(const std::string& id, const std::string& name) override;
+  Result<std::vector<store::SnapshotRecord>> listSnapshots(const std::string& id) override;
+  Result<store::SnapshotRecord> getSnapshot(const std::string& snapshot) override;
+  Status deleteSnapshot(const std::string& snapshot) override;
+  Result<SandboxView> rollback(const std::string& id, const std::string& snapshot) override;
+  Result<ForkResult> fork(const ForkSandbox& cmd) override;
   Result<std::shared_ptr<agent::AgentClient>> agent(const std::string& id) override;
   Result<store::TemplateRecord> buildTemplate(const BuildTemplate& cmd, const ProgressFn& progress) override;
   Result<std::vector<store::TemplateRecord>> listTemplates() override;
@@ -81,9 +87,17 @@ class Manager final : public SandboxManager {
   // The tier a request gets: "jail" or "vm" (auto = vm where KVM is usable), or why it cannot have it.
   Result<std::string> resolveIsolation(const std::string& requested) const;
   // Starts (pooled: only prepares) a sandbox of the template on `isolation`.
+  // from: a snapshot the sandbox starts from (a fork), instead of the template's fresh state.
   Result<Started> startSandbox(const store::TemplateRecord& tpl, const runtime::Limits& limits,
                                const std::map<std::string, std::string>& env, bool pooled,
-                               const std::string& isolation, bool cold_boot = false);
+                               const std::string& isolation, bool cold_boot = false,
+                               const runtime::SnapshotRef* from = nullptr);
+  // The rest of a create once a sandbox is started or taken from the pool: egress, identity, the row.
+  Result<SandboxView> completeCreate(Started& started, const CreateSandbox& cmd);
+  // The environment a sandbox's agent is given at hand-over (the request's, sealed in the row, plus the
+  // egress variables): again after a rollback restarts the agent.
+  Result<std::map<std::string, std::string>> userEnv(const store::SandboxRecord& rec);
+  Status sealUserEnv(store::SandboxRecord& rec, const std::map<std::string, std::string>& env);
   // Completes a prepared sandbox and gives it its identity (hostname, RNG seed, clock, machine id, env).
   Status handOver(Started& started, const std::map<std::string, std::string>& env);
   Status destroyRecord(store::SandboxRecord record);
@@ -120,10 +134,21 @@ class Manager final : public SandboxManager {
   void resyncEgress();  // every live sandbox again (a new space-egress knows none)
   Result<store::SecretBox*> secretBox();
 
+  // Snapshots (snapshots.cc)
+  Result<store::SnapshotRecord> findSnapshot(const std::string& sandbox_id, const std::string& ref);
+  Result<store::SnapshotRecord> takeSnapshot(store::SandboxRecord& rec, const std::string& name, const std::string& origin);
+  static runtime::SnapshotRef refOf(const store::SnapshotRecord& s) { return {s.id, s.path, s.kind, s.size_bytes}; }
+  void deleteSnapshotsOf(const std::string& sandbox_id);
+  void removeOrphanSnapshots();
+  // The rolling history: an automatic snapshot when due, then thinning (from the reaper).
+  void keepHistory(store::SandboxRecord& rec, int64_t now);
+
   // Reconciliation and reaping (reconcile.cc)
   Status reconcile();
   void reapLoop();
   void reapOnce();
+  void autoPause(store::SandboxRecord& rec, int64_t now);
+  void touch(const std::string& id);
 
   DaemonConfig config_;
   std::unique_ptr<store::Store> store_;
@@ -132,12 +157,15 @@ class Manager final : public SandboxManager {
   std::string vm_unavailable_;
   std::unique_ptr<store::TemplateBuilder> templates_;
   std::unique_ptr<EgressSupervisor> egress_;
+  std::mutex snapshot_mu_;                         // one snapshot, rollback or fork at a time
   std::mutex secret_box_mu_;
   std::optional<store::SecretBox> secret_box_;
 
   std::mutex mu_;                                  // guards live_, pool_, starting_slots_
   std::map<std::string, runtime::Instance> live_;  // every running sandbox (pooled or handed out)
   std::map<std::string, std::deque<Started>> pool_;
+  std::set<std::string> busy_;                     // sandboxes in a rollback: the reaper leaves them alone
+  std::map<std::string, int64_t> last_used_;       // last API use per sandbox (auto-pause), in unix ms
   std::mutex slot_mu_;                             // serialises uid slot choice with the row insert
   std::condition_variable pool_cv_;
   std::atomic<bool> stopping_{false};

@@ -2,6 +2,8 @@
 // (TTL expiry, sandboxes whose agent died).
 #include <dirent.h>
 
+#include <filesystem>
+
 #include <spdlog/spdlog.h>
 
 #include "common/ids.h"
@@ -19,7 +21,20 @@ Status Manager::reconcile() {
     known.insert(rec.id);
     runtime::PersistedInstance persisted{rec.id, rec.runtime, rec.persisted};
     if (rec.state == "running" || rec.state == "paused") {
+      // A paused sandbox's agent cannot answer the handshake: thaw it for the reconnect, then pause again.
+      bool paused = rec.state == "paused";
+      if (paused) {
+        runtime::Instance frozen;
+        frozen.id = rec.id;
+        frozen.persisted = persisted;
+        if (auto st = runtimeFor(rec.runtime).resume(frozen); !st)
+          spdlog::warn("reconcile: thaw paused sandbox {}: {}", rec.id, st.error().message);
+      }
       auto inst = runtimeFor(rec.runtime).reattach(persisted);
+      if (inst && paused) {
+        if (auto st = runtimeFor(rec.runtime).pause(*inst); !st)
+          spdlog::error("reconcile: pause sandbox {} again: {}", rec.id, st.error().message);
+      }
       if (inst) {
         spdlog::info("reconcile: reattached sandbox {}", rec.id);
         std::lock_guard lock(mu_);
@@ -69,6 +84,16 @@ Status Manager::reconcile() {
       jail->removeUnknownLinks(keep);
     }
   }
+  // Layer images no row knows about (a crash between clone and row), and snapshot files without a row.
+  if (auto* jail = dynamic_cast<jail::JailRuntime*>(jail_.get())) {
+    std::error_code ec;
+    for (const auto& entry : std::filesystem::directory_iterator(jail->volume().layersDir(), ec)) {
+      if (entry.path().extension() != ".img" || known.count(entry.path().stem().string())) continue;
+      spdlog::warn("reconcile: removing layer image {} of no sandbox", entry.path().string());
+      std::filesystem::remove(entry.path(), ec);
+    }
+  }
+  removeOrphanSnapshots();
   resyncEgress();
   return ok();
 }
@@ -88,9 +113,13 @@ void Manager::reapOnce() {
     std::shared_ptr<agent::AgentClient> client;
     {
       std::lock_guard lock(mu_);
+      if (busy_.count(rec.id)) continue;  // a rollback restarts it right now
       auto it = live_.find(rec.id);
       if (it != live_.end()) client = it->second.agent;
     }
+    keepHistory(rec, now);
+    autoPause(rec, now);
+    if (rec.state != "running") continue;
     if (client && client->alive()) continue;
     runtime::PersistedInstance persisted{rec.id, rec.runtime, rec.persisted};
     auto inst = runtimeFor(rec.runtime).reattach(persisted);
@@ -110,6 +139,33 @@ void Manager::reapOnce() {
     (void)store_->updateSandbox(rec);
     counters_.failed_sandboxes++;
   }
+}
+
+void Manager::autoPause(store::SandboxRecord& rec, int64_t now) {
+  int64_t idle_s = rec.spec.value("idle_pause_s", int64_t{0});
+  if (idle_s <= 0) return;
+  int64_t last;
+  {
+    std::lock_guard lock(mu_);
+    auto [it, fresh] = last_used_.try_emplace(rec.id, now);  // unknown after a restart: idle from now on
+    last = it->second;
+  }
+  if (now - last < idle_s * 1000) return;
+  runtime::Runtime& rt = runtimeFor(rec.runtime);
+  if (!rt.capabilities().pause) return;
+  runtime::Instance inst = instanceOf(rec);
+  if (auto st = rt.pause(inst); !st) {
+    spdlog::warn("auto-pause {}: {}", rec.id, st.error().message);
+    return;
+  }
+  rec.state = "paused";
+  rec.spec["auto_paused"] = true;
+  if (auto st = store_->updateSandbox(rec); !st) {
+    (void)rt.resume(inst);
+    rec.state = "running";
+    return;
+  }
+  spdlog::info("auto-pause: sandbox {} idle for {} s", rec.id, (now - last) / 1000);
 }
 
 void Manager::reapLoop() {

@@ -27,6 +27,8 @@ nlohmann::json SandboxView::toJson() const {
                    {"disk_mib", l.value("disk_bytes", uint64_t{0}) >> 20}};
   }
   if (!r.error.empty()) j["error"] = r.error;
+  if (r.spec.contains("idle_pause_s")) j["idle_pause_s"] = r.spec["idle_pause_s"];
+  if (r.state == "paused") j["auto_paused"] = r.spec.value("auto_paused", false);
   if (usage) {
     j["usage"] = {{"memory_bytes", usage->memory_bytes},
                   {"cpu_seconds", usage->cpu_usage_ns / 1e9},

@@ -41,8 +41,11 @@ struct Capabilities {
   bool pause = false;
   bool snapshot_filesystem = false;
   bool snapshot_memory = false;        // processes survive snapshot/restore
+  bool rollback = false;               // in place, same id and network identity
+  bool fork = false;
   nlohmann::json toJson() const {
-    return {{"pause", pause}, {"snapshot_filesystem", snapshot_filesystem}, {"snapshot_memory", snapshot_memory}};
+    return {{"pause", pause}, {"snapshot_filesystem", snapshot_filesystem}, {"snapshot_memory", snapshot_memory},
+            {"rollback", rollback}, {"fork", fork}};
   }
 };
 
@@ -61,9 +64,13 @@ struct Instance {
   PersistedInstance persisted;
 };
 
+// A snapshot as the runtime made it: a directory of files (docs/snapshots.md). Durable before it is
+// returned (files and directory synced, renamed into place).
 struct SnapshotRef {
-  std::string id;
-  std::string path;
+  std::string id;                      // "snap-…"
+  std::string path;                    // the snapshot's directory
+  std::string kind;                    // "filesystem" (jail: the writable layer) | "full" (vm: memory too)
+  uint64_t size_bytes = 0;             // bytes the snapshot's files occupy (shared blocks counted once each)
 };
 enum class SnapshotKind { kFilesystem, kFull };
 
@@ -91,8 +98,17 @@ class Runtime {
   virtual bool alive(const Instance& inst) { return inst.agent && inst.agent->alive(); }
   virtual Status pause(Instance& inst) = 0;
   virtual Status resume(Instance& inst) = 0;
+  // Captures the sandbox (briefly paused if it runs; a paused one stays paused) into a new snapshot.
   virtual Result<SnapshotRef> snapshot(Instance& inst, SnapshotKind kind) = 0;
+  // A new sandbox (spec) starting from the snapshot: a fork. Its storage shares blocks with the snapshot.
   virtual Result<Instance> restore(const SnapshotRef& ref, const SandboxSpec& spec) = 0;
+  // The sandbox, in place, back at the snapshot: same id, same network address. The returned instance
+  // replaces inst (new processes, new agent connection).
+  virtual Result<Instance> rollback(Instance& inst, const SnapshotRef& ref) {
+    return makeError(ErrorKind::kUnsupported, "{}: rollback is not supported", name());
+  }
+  // Removes the snapshot's files. Idempotent.
+  virtual Status deleteSnapshot(const SnapshotRef& ref);
   // Kills everything of the sandbox and removes every kernel object and file it made. Idempotent: works
   // on a half-made or already-dead sandbox, from the persisted state alone.
   virtual Status destroy(const PersistedInstance& inst) = 0;

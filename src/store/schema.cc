@@ -8,7 +8,7 @@ namespace space::store {
 namespace {
 
 // Append only: a released migration never changes, because databases in the field have already run it.
-constexpr std::array<std::string_view, 2> kMigrations = {
+constexpr std::array<std::string_view, 3> kMigrations = {
     // 1: templates, sandboxes, API keys.
     R"sql(
 CREATE TABLE templates (
@@ -60,6 +60,22 @@ CREATE TABLE secrets (
   sealed_value  TEXT NOT NULL,          -- hex(nonce || AES-256-GCM ciphertext || tag), AAD = name
   created_ms    INTEGER NOT NULL
 );
+)sql",
+    // 3: snapshots of sandboxes (docs/snapshots.md). A row exists only for a snapshot whose files are
+    // complete and synced.
+    R"sql(
+CREATE TABLE snapshots (
+  id          TEXT PRIMARY KEY,
+  sandbox_id  TEXT NOT NULL,
+  name        TEXT NOT NULL,          -- "" = none; unique per sandbox otherwise
+  runtime     TEXT NOT NULL,          -- "jail" | "vm"
+  kind        TEXT NOT NULL,          -- "filesystem" | "full"
+  path        TEXT NOT NULL,
+  size_bytes  INTEGER NOT NULL,
+  origin      TEXT NOT NULL,          -- "manual" | "auto" | "fork"
+  created_ms  INTEGER NOT NULL
+);
+CREATE INDEX snapshots_by_sandbox ON snapshots(sandbox_id, created_ms);
 )sql",
 };
 

@@ -378,7 +378,66 @@ class SqliteStore final : public Store {
     return ok();
   }
 
+  Status insertSnapshot(const SnapshotRecord& r) override {
+    auto lock = db_.lock();
+    if (!r.name.empty()) {
+      ASSIGN_OR_RETURN(auto q, db_.prepare("SELECT COUNT(*) FROM snapshots WHERE sandbox_id = ? AND name = ?"));
+      TRY(q.bindAll(r.sandbox_id, r.name));
+      TRY(q.step());
+      if (q.columnInt(0) > 0)
+        return makeError(ErrorKind::kConflict, "sandbox {} has a snapshot named '{}' already", r.sandbox_id, r.name);
+    }
+    ASSIGN_OR_RETURN(auto stmt, db_.prepare("INSERT INTO snapshots (id, sandbox_id, name, runtime, kind, path, size_bytes, "
+                                            "origin, created_ms) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"));
+    TRY(stmt.bindAll(r.id, r.sandbox_id, r.name, r.runtime, r.kind, r.path, static_cast<int64_t>(r.size_bytes),
+                     r.origin, r.created_ms ? r.created_ms : nowMs()));
+    return stmt.run();
+  }
+
+  Result<SnapshotRecord> getSnapshot(const std::string& id) override {
+    ASSIGN_OR_RETURN(auto all, selectSnapshots("WHERE id = ?", id));
+    if (all.empty()) return makeError(ErrorKind::kNotFound, "snapshot {} not found", id);
+    return all.front();
+  }
+
+  Result<std::vector<SnapshotRecord>> listSnapshots(const std::string& sandbox_id) override {
+    return sandbox_id.empty() ? selectSnapshots("", "") : selectSnapshots("WHERE sandbox_id = ?", sandbox_id);
+  }
+
+  Status deleteSnapshot(const std::string& id) override {
+    auto lock = db_.lock();
+    ASSIGN_OR_RETURN(auto stmt, db_.prepare("DELETE FROM snapshots WHERE id = ?"));
+    TRY(stmt.bind(1, id));
+    TRY(stmt.run());
+    if (db_.changes() == 0) return makeError(ErrorKind::kNotFound, "snapshot {} not found", id);
+    return ok();
+  }
+
  private:
+  Result<std::vector<SnapshotRecord>> selectSnapshots(const std::string& where, const std::string& arg) {
+    auto lock = db_.lock();
+    ASSIGN_OR_RETURN(auto stmt, db_.prepare("SELECT id, sandbox_id, name, runtime, kind, path, size_bytes, origin, "
+                                            "created_ms FROM snapshots " + where + " ORDER BY created_ms, rowid"));
+    if (!where.empty()) TRY(stmt.bind(1, arg));
+    std::vector<SnapshotRecord> out;
+    for (;;) {
+      ASSIGN_OR_RETURN(bool row, stmt.step());
+      if (!row) break;
+      SnapshotRecord r;
+      r.id = stmt.columnText(0);
+      r.sandbox_id = stmt.columnText(1);
+      r.name = stmt.columnText(2);
+      r.runtime = stmt.columnText(3);
+      r.kind = stmt.columnText(4);
+      r.path = stmt.columnText(5);
+      r.size_bytes = static_cast<uint64_t>(stmt.columnInt(6));
+      r.origin = stmt.columnText(7);
+      r.created_ms = stmt.columnInt(8);
+      out.push_back(std::move(r));
+    }
+    return out;
+  }
+
   Result<std::vector<SecretRecord>> selectSecrets(const std::string& where, const std::string& arg) {
     auto lock = db_.lock();
     ASSIGN_OR_RETURN(auto stmt, db_.prepare("SELECT name, hosts, header, format, sealed_value, created_ms FROM secrets " +
@@ -451,6 +510,11 @@ Status Store::putSecret(const SecretRecord&) { return makeError(ErrorKind::kUnsu
 Result<SecretRecord> Store::getSecret(const std::string& name) { return makeError(ErrorKind::kNotFound, "secret {} not found", name); }
 Result<std::vector<SecretRecord>> Store::listSecrets() { return std::vector<SecretRecord>{}; }
 Status Store::deleteSecret(const std::string& name) { return makeError(ErrorKind::kNotFound, "secret {} not found", name); }
+
+Status Store::insertSnapshot(const SnapshotRecord&) { return makeError(ErrorKind::kUnsupported, "this store keeps no snapshots"); }
+Result<SnapshotRecord> Store::getSnapshot(const std::string& id) { return makeError(ErrorKind::kNotFound, "snapshot {} not found", id); }
+Result<std::vector<SnapshotRecord>> Store::listSnapshots(const std::string&) { return std::vector<SnapshotRecord>{}; }
+Status Store::deleteSnapshot(const std::string& id) { return makeError(ErrorKind::kNotFound, "snapshot {} not found", id); }
 
 Result<int> Store::countTemplatesWithId(const std::string& template_id) {
   ASSIGN_OR_RETURN(auto all, listTemplates());

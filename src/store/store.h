@@ -57,6 +57,18 @@ struct SecretRecord {
   int64_t created_ms = 0;
 };
 
+struct SnapshotRecord {
+  std::string id;             // "snap-…"
+  std::string sandbox_id;
+  std::string name;
+  std::string runtime;
+  std::string kind;           // "filesystem" | "full"
+  std::string path;
+  uint64_t size_bytes = 0;
+  std::string origin = "manual";
+  int64_t created_ms = 0;
+};
+
 struct SandboxFilter {
   std::map<std::string, std::string> labels;  // all must match
   std::optional<std::string> state;
@@ -101,6 +113,12 @@ class Store {
   virtual Result<SecretRecord> getSecret(const std::string& name);  // kNotFound
   virtual Result<std::vector<SecretRecord>> listSecrets();
   virtual Status deleteSecret(const std::string& name);  // kNotFound
+
+  // Snapshots
+  virtual Status insertSnapshot(const SnapshotRecord& s);  // kConflict on a duplicate id or name of the sandbox
+  virtual Result<SnapshotRecord> getSnapshot(const std::string& id);  // kNotFound
+  virtual Result<std::vector<SnapshotRecord>> listSnapshots(const std::string& sandbox_id);  // oldest first; "" = all
+  virtual Status deleteSnapshot(const std::string& id);  // kNotFound
 };
 
 }  // namespace space::store

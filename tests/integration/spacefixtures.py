@@ -101,6 +101,8 @@ def _leak_report_now(d: Daemon, pool_ids: set[str], baseline_uid_procs: set[tupl
             continue
         if mp == str(d.state / "sandboxes") or any(pid in mp for pid in pool_ids):
             continue
+        if mp == str(d.state / "volume"):
+            continue  # the layer volume (snapshots) stays mounted across restarts; force_cleanup unmounts it
         problems.append(f"mount under the state dir left behind: {mp}")
     return problems
 

@@ -62,6 +62,14 @@ struct MoveCommand {
 };
 Result<MoveCommand> parseMove(std::string_view body);
 
+// POST /v1/sandboxes/{id}/snapshots {"name"?} -> the name ("" = none)
+Result<std::string> parseSnapshotBody(std::string_view body);
+// POST /v1/sandboxes/{id}/rollback {"snapshot": id or name}
+Result<std::string> parseRollbackBody(std::string_view body);
+// POST /v1/sandboxes/{id}/fork {"count"?: 1-64, "snapshot"?}
+Result<core::ForkSandbox> parseForkBody(std::string_view body);
+nlohmann::json snapshotJson(const store::SnapshotRecord& s);
+
 // POST /v1/templates
 Result<core::BuildTemplate> parseBuildTemplate(std::string_view body);
 // POST /v1/keys

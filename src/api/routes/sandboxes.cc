@@ -1,10 +1,12 @@
-// Sandbox lifecycle: create, list, inspect, delete, pause, resume.
+// Sandbox lifecycle: create, list, inspect, delete, pause, resume, snapshots, rollback, fork.
 #include <cmath>
 
 #include "api/errors.h"
 #include "api/json_input.h"
 #include "api/routes/routes.h"
 #include "api/validate.h"
+#include "common/ids.h"
+#include "core/retention.h"
 
 namespace space::api {
 namespace {
@@ -43,7 +45,8 @@ Status checkLabels(const std::map<std::string, std::string>& labels) {
 
 Result<core::CreateSandbox> parseCreateSandbox(std::string_view body, uint64_t host_memory_bytes) {
   ASSIGN_OR_RETURN(auto in, JsonInput::parse(body, {"template", "isolation", "cpus", "memory_mib", "pids", "disk_mib",
-                                                    "env", "labels", "ttl_s", "cold_boot", "network", "secrets"}));
+                                                    "env", "labels", "ttl_s", "cold_boot", "network", "secrets",
+                                                    "idle_pause_s", "history"}));
   core::CreateSandbox cmd;
   ASSIGN_OR_RETURN(auto tmpl, in.string("template", 64));
   if (tmpl) {
@@ -107,6 +110,16 @@ Result<core::CreateSandbox> parseCreateSandbox(std::string_view body, uint64_t h
     if (*ttl < 0 || *ttl > 365ll * 24 * 3600) return makeError(ErrorKind::kInvalidArgument, "ttl_s must be from 0 (daemon default) to 31536000");
     cmd.ttl_s = *ttl;
   }
+  ASSIGN_OR_RETURN(auto idle, in.integer("idle_pause_s"));
+  if (idle) {
+    if (*idle < 0 || *idle > 365ll * 24 * 3600)
+      return makeError(ErrorKind::kInvalidArgument, "idle_pause_s must be from 0 (never) to 31536000");
+    cmd.idle_pause_s = *idle;
+  }
+  if (in.has("history")) {
+    ASSIGN_OR_RETURN(auto policy, core::HistoryPolicy::parse(in.raw()["history"]));
+    cmd.history = policy.toJson();
+  }
   return cmd;
 }
 
@@ -163,6 +176,80 @@ void registerSandboxRoutes(Router& r) {
     ASSIGN_OR_RETURN(auto view, ctx.manager.get(ctx.param("id")));
     return sendJson(ctx.resp, 200, view.toJson());
   });
+  r.add("POST", "/v1/sandboxes/{id}/snapshots", [](RouteContext& ctx) -> Status {
+    ASSIGN_OR_RETURN(std::string body, ctx.jsonBody());
+    ASSIGN_OR_RETURN(std::string name, parseSnapshotBody(body));
+    ASSIGN_OR_RETURN(auto snap, ctx.manager.snapshot(ctx.param("id"), name));
+    return sendJson(ctx.resp, 201, snapshotJson(snap));
+  });
+  r.add("GET", "/v1/sandboxes/{id}/snapshots", [](RouteContext& ctx) -> Status {
+    ASSIGN_OR_RETURN(auto snaps, ctx.manager.listSnapshots(ctx.param("id")));
+    nlohmann::json out = nlohmann::json::array();
+    uint64_t total = 0;
+    for (const auto& s : snaps) {
+      out.push_back(snapshotJson(s));
+      total += s.size_bytes;
+    }
+    return sendJson(ctx.resp, 200, {{"snapshots", out}, {"total_size_bytes", total}});
+  });
+  r.add("GET", "/v1/snapshots/{snap}", [](RouteContext& ctx) -> Status {
+    ASSIGN_OR_RETURN(auto snap, ctx.manager.getSnapshot(ctx.param("snap")));
+    return sendJson(ctx.resp, 200, snapshotJson(snap));
+  });
+  r.add("DELETE", "/v1/snapshots/{snap}", [](RouteContext& ctx) -> Status {
+    TRY(ctx.manager.deleteSnapshot(ctx.param("snap")));
+    return ctx.resp.send(204, "application/json", "");
+  });
+  r.add("POST", "/v1/sandboxes/{id}/rollback", [](RouteContext& ctx) -> Status {
+    ASSIGN_OR_RETURN(std::string body, ctx.jsonBody());
+    ASSIGN_OR_RETURN(std::string snap, parseRollbackBody(body));
+    ASSIGN_OR_RETURN(auto view, ctx.manager.rollback(ctx.param("id"), snap));
+    return sendJson(ctx.resp, 200, view.toJson());
+  });
+  r.add("POST", "/v1/sandboxes/{id}/fork", [](RouteContext& ctx) -> Status {
+    ASSIGN_OR_RETURN(std::string body, ctx.jsonBody());
+    ASSIGN_OR_RETURN(core::ForkSandbox cmd, parseForkBody(body));
+    cmd.id = ctx.param("id");
+    ASSIGN_OR_RETURN(auto result, ctx.manager.fork(cmd));
+    nlohmann::json out = nlohmann::json::array();
+    for (const auto& v : result.sandboxes) out.push_back(v.toJson());
+    return sendJson(ctx.resp, 201, {{"snapshot", snapshotJson(result.snapshot)}, {"sandboxes", out}});
+  });
+}
+
+nlohmann::json snapshotJson(const store::SnapshotRecord& s) {
+  return {{"id", s.id},         {"sandbox_id", s.sandbox_id}, {"name", s.name},
+          {"runtime", s.runtime}, {"kind", s.kind},           {"size_bytes", s.size_bytes},
+          {"origin", s.origin}, {"created_ms", s.created_ms}, {"created", isoTimeMs(s.created_ms)},
+          {"processes", s.kind == "full"}};
+}
+
+Result<std::string> parseSnapshotBody(std::string_view body) {
+  if (body.empty()) return std::string();
+  ASSIGN_OR_RETURN(auto in, JsonInput::parse(body, {"name"}));
+  ASSIGN_OR_RETURN(auto name, in.string("name", 64));
+  return name.value_or("");
+}
+
+Result<std::string> parseRollbackBody(std::string_view body) {
+  ASSIGN_OR_RETURN(auto in, JsonInput::parse(body, {"snapshot"}));
+  ASSIGN_OR_RETURN(auto snap, in.string("snapshot", 64));
+  if (!snap || snap->empty()) return makeError(ErrorKind::kInvalidArgument, "snapshot: required (an id or a name)");
+  return *snap;
+}
+
+Result<core::ForkSandbox> parseForkBody(std::string_view body) {
+  core::ForkSandbox cmd;
+  if (body.empty()) return cmd;
+  ASSIGN_OR_RETURN(auto in, JsonInput::parse(body, {"count", "snapshot"}));
+  ASSIGN_OR_RETURN(auto count, in.integer("count"));
+  if (count) {
+    if (*count < 1 || *count > 64) return makeError(ErrorKind::kInvalidArgument, "count must be between 1 and 64");
+    cmd.count = static_cast<int>(*count);
+  }
+  ASSIGN_OR_RETURN(auto snap, in.string("snapshot", 64));
+  if (snap) cmd.snapshot = *snap;
+  return cmd;
 }
 
 }  // namespace space::api

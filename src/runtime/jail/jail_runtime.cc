@@ -18,10 +18,12 @@
 #include <vector>
 
 #include "common/defer.h"
+#include "common/ids.h"
 #include "runtime/jail/inside/handshake.h"
 #include "runtime/jail/inside/seccomp.h"
 #include "runtime/jail/launch.h"
 #include "runtime/jail/layer_disk.h"
+#include "runtime/jail/layer_volume.h"
 #include "runtime/jail/userns.h"
 #include "sys/process.h"
 
@@ -95,6 +97,19 @@ Status killAndWait(int pid, uint64_t start_time) {
   return ok();
 }
 
+Status writeFileDurably(const std::string& path, const std::string& text) {
+  UniqueFd fd(open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0400));
+  if (!fd) return sysError(errno, "create {}", path);
+  for (size_t off = 0; off < text.size();) {
+    ssize_t n = write(fd.get(), text.data() + off, text.size() - off);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return sysError(errno, "write {}", path);
+    off += static_cast<size_t>(n);
+  }
+  if (fsync(fd.get()) < 0) return sysError(errno, "fsync {}", path);
+  return ok();
+}
+
 }  // namespace
 
 namespace {
@@ -141,42 +156,72 @@ Result<std::unique_ptr<JailRuntime>> JailRuntime::create(const JailConfig& confi
   if (ec) return sysError(ec.value(), "create {}/sandboxes", config.state_dir);
   spdlog::info("jail runtime: cgroup {}", cgroups->kind() == CgroupKind::kV1 ? "v1" : "v2");
   ASSIGN_OR_RETURN(UniqueFd agent_fd, sealedCopy(config.agent_binary));
+  ASSIGN_OR_RETURN(LayerVolume volume, openLayerVolume(config.state_dir, config.volume_bytes));
+  spdlog::info("jail runtime: layers and snapshots on {}{}", volume.root, volume.own_mount ? " (SPACE's XFS volume)" : "");
   auto runtime = std::unique_ptr<JailRuntime>(new JailRuntime(config, std::move(cgroups), std::move(policy)));
   runtime->agent_fd_ = std::move(agent_fd);
+  runtime->volume_ = std::move(volume);
   return runtime;
 }
 
-Result<Instance> JailRuntime::start(const SandboxSpec& spec) {
+Result<Instance> JailRuntime::start(const SandboxSpec& spec) { return startFrom(spec, "", 0); }
+
+Result<Instance> JailRuntime::startFrom(const SandboxSpec& spec, const std::string& base_image, uint32_t base_uid) {
   TRY(validateSpec(spec));
   PersistedInstance persisted{spec.id, "jail", nlohmann::json::object()};
   persisted.state["dir"] = spec.dir;
+  persisted.state["image"] = volume_.layersDir() + "/" + spec.id + ".img";
   persisted.state["uid_base"] = spec.uid_base;
   persisted.state["uid_count"] = spec.uid_count;
+  // What a restart in place (rollback) needs to launch the sandbox again.
+  persisted.state["rootfs_template"] = spec.template_rootfs;
+  persisted.state["hostname"] = spec.hostname;
+  persisted.state["nofile"] = spec.limits.nofile;
   // Anything half-made is unwound by the same code that destroys a finished sandbox.
   Defer unwind([&] {
     if (auto st = destroy(persisted); !st) spdlog::error("unwind sandbox {}: {}", spec.id, st.error().message);
   });
-  Status launched = launch(spec, persisted);
+  Status launched = launch(spec, persisted, base_image, base_uid, /*relaunch=*/false);
   if (!launched) return tl::unexpected(launched.error().context("start sandbox " + spec.id));
-  auto agent = agent::AgentClient::connectUnix(spec.dir + "/agent.sock", kAgentConnectTimeout);
-  if (!agent) return tl::unexpected(agent.error().context("start sandbox " + spec.id + ": connect agent"));
+  ASSIGN_OR_RETURN(auto agent, connectAgent(persisted).map_error([&](Error e) { return e.context("start sandbox " + spec.id); }));
+  unwind.dismiss();
+  return Instance{spec.id, persisted.state["pid"].get<int>(), std::move(agent), std::move(persisted)};
+}
+
+Result<std::shared_ptr<agent::AgentClient>> JailRuntime::connectAgent(const PersistedInstance& persisted) {
+  auto agent = agent::AgentClient::connectUnix(persisted.state["dir"].get<std::string>() + "/agent.sock",
+                                               kAgentConnectTimeout);
+  if (!agent) return tl::unexpected(agent.error().context("connect agent"));
   if (auto subnet = persistedSubnet(persisted.state)) {
     // The resolver is space-egress's, reached at the host end (nftables redirects UDP/53 to it).
     auto written = agent::writeWholeFile(**agent, "/etc/resolv.conf", "nameserver " + subnet->hostText() + "\n");
-    if (!written) return tl::unexpected(written.error().context("start sandbox " + spec.id + ": resolv.conf"));
+    if (!written) return tl::unexpected(written.error().context("resolv.conf"));
   }
-  unwind.dismiss();
-  return Instance{spec.id, persisted.state["pid"].get<int>(), std::move(*agent), std::move(persisted)};
+  return std::move(*agent);
 }
 
-Status JailRuntime::launch(const SandboxSpec& spec, PersistedInstance& persisted) {
-  struct stat st;
-  if (lstat(spec.dir.c_str(), &st) == 0)
-    return makeError(ErrorKind::kConflict, "sandbox dir {} exists already (a leftover to destroy first?)", spec.dir);
-  persisted.state["dir_created"] = true;
-  TRY(createLayerDisk(spec.dir, spec.limits.disk_bytes, spec.limits.disk_inodes, spec.uid_base));
-  TRY(cgroups_->create(spec.id, spec.limits));
-  persisted.state["cgroup"] = spec.id;
+Status JailRuntime::launch(const SandboxSpec& spec, PersistedInstance& persisted, const std::string& base_image,
+                           uint32_t base_uid, bool relaunch) {
+  const std::string image = persisted.state["image"].get<std::string>();
+  if (relaunch) {
+    TRY(mountLayerDisk(spec.dir, image));
+  } else {
+    struct stat st;
+    if (lstat(spec.dir.c_str(), &st) == 0)
+      return makeError(ErrorKind::kConflict, "sandbox dir {} exists already (a leftover to destroy first?)", spec.dir);
+    persisted.state["dir_created"] = true;
+    if (base_image.empty()) {
+      TRY(createLayerDisk(spec.dir, image, spec.limits.disk_bytes, spec.limits.disk_inodes, spec.uid_base));
+    } else {
+      // A fork: the layer is a block-sharing clone of the snapshot's, whatever its size; its files move to
+      // this sandbox's uid range.
+      TRY(cloneFile(base_image, image));
+      TRY(mountLayerDisk(spec.dir, image));
+      TRY(shiftLayerOwners(spec.dir, base_uid, spec.uid_base, spec.uid_count));
+    }
+    TRY(cgroups_->create(spec.id, spec.limits));
+    persisted.state["cgroup"] = spec.id;
+  }
 
   ASSIGN_OR_RETURN(UniqueFd listen_fd, listenUnix(spec.dir + "/agent.sock"));
   int pair[2];
@@ -193,10 +238,14 @@ Status JailRuntime::launch(const SandboxSpec& spec, PersistedInstance& persisted
   child_sync.reset();  // the host must see EOF when the child dies
 
   TRY(writeIdMaps(child.pid, spec.uid_base, spec.uid_count));
-  TRY(cgroups_->addProcess(spec.id, child.pid));
+  TRY(cgroups_->addProcess(persisted.state.value("cgroup", spec.id), child.pid));
   TRY(buildRootfs(child.pid, spec.template_rootfs, spec.dir));
   // The child waits for its go byte inside its new network namespace: give it its link now.
-  if (config_.network_pool) TRY(attachNetwork(*config_.network_pool, child.pid, persisted.state));
+  if (relaunch) {
+    TRY(relinkNetwork(child.pid, persisted.state));
+  } else if (config_.network_pool) {
+    TRY(attachNetwork(*config_.network_pool, child.pid, persisted.state));
+  }
 
   JailInitConfig init;
   init.rootfs = spec.dir + "/rootfs";
@@ -241,7 +290,8 @@ Status JailRuntime::destroy(const PersistedInstance& inst) {
     TRY(killAndWait(s["pid"].get<int>(), s["start_time"].get<uint64_t>()));
   TRY(cgroups_->remove(s.value("cgroup", inst.id)));
   // Only a directory this runtime created: a failed start must not delete a pre-existing one.
-  if (!dir.empty() && s.value("dir_created", false)) TRY(removeLayerDisk(dir));
+  if (!dir.empty() && s.value("dir_created", false))
+    TRY(removeLayerDisk(dir, s.value("image", dir + "/disk.img")));
   if (config_.network_pool) TRY(detachNetwork(*config_.network_pool, s));
   return ok();
 }
@@ -268,7 +318,8 @@ Result<runtime::Usage> JailRuntime::usage(const PersistedInstance& inst) {
   u.memory_bytes = cg.memory_bytes;
   u.cpu_usage_ns = cg.cpu_usage_ns;
   u.pids = cg.pids;
-  if (auto disk = layerDiskUsage(inst.state.value("dir", std::string()))) u.disk_bytes = *disk;
+  std::string dir = inst.state.value("dir", std::string());
+  if (auto disk = layerDiskUsage(inst.state.value("image", dir + "/disk.img"))) u.disk_bytes = *disk;
   return u;
 }
 
@@ -280,11 +331,100 @@ Status JailRuntime::pause(Instance& inst) {
 Status JailRuntime::resume(Instance& inst) {
   return cgroups_->freeze(inst.persisted.state.value("cgroup", inst.id), false);
 }
-Result<runtime::SnapshotRef> JailRuntime::snapshot(Instance&, runtime::SnapshotKind) {
-  return makeError(ErrorKind::kUnsupported, "jail: snapshot not supported yet");
+// A snapshot is a clone of the layer image, taken with every process of the sandbox frozen and the
+// layer's filesystem synced, so the image is a consistent ext4 (as after a clean unmount, minus open
+// files' unlinked inodes). Cost: freeze + syncfs of what is dirty + FICLONE, which shares the image's
+// extents instead of copying them: independent of how much the sandbox wrote.
+Result<runtime::SnapshotRef> JailRuntime::snapshot(Instance& inst, runtime::SnapshotKind kind) {
+  if (kind != runtime::SnapshotKind::kFilesystem)
+    return makeError(ErrorKind::kUnsupported, "jail snapshots capture the filesystem only, not processes");
+  const auto& state = inst.persisted.state;
+  std::string dir = state.value("dir", std::string());
+  std::string image = state.value("image", dir + "/disk.img");
+  if (image.rfind(volume_.layersDir() + "/", 0) != 0)
+    return makeError(ErrorKind::kUnsupported, "sandbox {} was made before snapshots existed (its layer is not "
+                     "on the layer volume)", inst.id);
+  runtime::SnapshotRef ref;
+  ref.id = "snap-" + randomHex(8);
+  ref.kind = "filesystem";
+  ref.path = volume_.snapshotsDir() + "/" + ref.id;
+  std::string tmp = ref.path + ".tmp";
+  if (mkdir(tmp.c_str(), 0700) < 0) return sysError(errno, "mkdir {}", tmp);
+  Defer drop_tmp([&] {
+    std::error_code ec;
+    std::filesystem::remove_all(tmp, ec);
+  });
+  std::string cgroup = state.value("cgroup", inst.id);
+  int pid = state.value("pid", 0);
+  {
+    TRY(cgroups_->freeze(cgroup, true));
+    Defer thaw([&] {
+      // A sandbox paused by its owner stays paused.
+      if (!state.value("paused", false)) (void)cgroups_->freeze(cgroup, false);
+    });
+    // syncfs through the sandbox's root (its overlay) writes the upper layer's dirty data and metadata
+    // into the ext4 image, and the loop device's flush writes the image file.
+    std::string root = fmt::format("/proc/{}/root", pid);
+    UniqueFd rootfd(open(root.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+    if (!rootfd) return sysError(errno, "open {}", root);
+    if (syncfs(rootfd.get()) < 0) return sysError(errno, "syncfs of sandbox {}", inst.id);
+    TRY(cloneFile(image, tmp + "/disk.img", 0400));
+  }
+  nlohmann::json meta = {{"id", ref.id},           {"sandbox", inst.id}, {"kind", ref.kind},
+                         {"runtime", "jail"},      {"created_ms", nowUnixMs()},
+                         {"template_rootfs", state.value("rootfs_template", std::string())},
+                         {"uid_base", state.value("uid_base", 0u)}};
+  TRY(writeFileDurably(tmp + "/snapshot.json", meta.dump(2) + "\n"));
+  TRY(syncDir(tmp));
+  if (rename(tmp.c_str(), ref.path.c_str()) < 0) return sysError(errno, "rename {} to {}", tmp, ref.path);
+  drop_tmp.dismiss();
+  TRY(syncDir(volume_.snapshotsDir()));
+  struct stat st;
+  if (stat((ref.path + "/disk.img").c_str(), &st) == 0) ref.size_bytes = static_cast<uint64_t>(st.st_blocks) * 512;
+  return ref;
 }
-Result<Instance> JailRuntime::restore(const runtime::SnapshotRef&, const SandboxSpec&) {
-  return makeError(ErrorKind::kUnsupported, "jail: restore not supported yet");
+
+Result<Instance> JailRuntime::restore(const runtime::SnapshotRef& ref, const SandboxSpec& spec) {
+  if (ref.kind != "filesystem") return makeError(ErrorKind::kInvalidArgument, "snapshot {} is not a jail snapshot", ref.id);
+  std::ifstream in(ref.path + "/snapshot.json");
+  auto meta = nlohmann::json::parse(in, nullptr, false);
+  if (!meta.is_object() || !meta.contains("uid_base"))
+    return makeError(ErrorKind::kInvalidArgument, "snapshot {}: snapshot.json unreadable", ref.id);
+  return startFrom(spec, ref.path + "/disk.img", meta["uid_base"].get<uint32_t>());
+}
+
+// Rollback: every process of the sandbox stops, the layer image becomes a clone of the snapshot's, and
+// the sandbox starts again on it in place: same directory, cgroup, uid range and network address.
+Result<Instance> JailRuntime::rollback(Instance& inst, const runtime::SnapshotRef& ref) {
+  if (ref.kind != "filesystem") return makeError(ErrorKind::kInvalidArgument, "snapshot {} is not a jail snapshot", ref.id);
+  PersistedInstance persisted = inst.persisted;
+  auto& state = persisted.state;
+  std::string dir = state.value("dir", std::string());
+  std::string image = state.value("image", std::string());
+  if (image.empty() || !state.contains("rootfs_template"))
+    return makeError(ErrorKind::kUnsupported, "sandbox {} was made before rollback existed", inst.id);
+  // The new layer first: a failure here leaves the sandbox as it was.
+  std::string next = image + ".next";
+  unlink(next.c_str());
+  TRY(cloneFile(ref.path + "/disk.img", next));
+  if (chmod(next.c_str(), 0600) < 0) return sysError(errno, "chmod {}", next);
+  std::string cgroup = state.value("cgroup", inst.id);
+  (void)cgroups_->freeze(cgroup, false);
+  TRY(killAndWait(state["pid"].get<int>(), state["start_time"].get<uint64_t>()));
+  unmountHostCopies(dir);
+  // The old image's inode lives on until the old mount namespace is fully gone; the path is the new one.
+  if (rename(next.c_str(), image.c_str()) < 0) return sysError(errno, "rename {} to {}", next, image);
+  SandboxSpec spec;
+  spec.id = inst.id;
+  spec.dir = dir;
+  spec.template_rootfs = state["rootfs_template"].get<std::string>();
+  spec.hostname = state.value("hostname", inst.id);
+  spec.uid_base = state.value("uid_base", 0u);
+  spec.uid_count = state.value("uid_count", 65536u);
+  spec.limits.nofile = state.value("nofile", 4096u);
+  TRY(launch(spec, persisted, "", 0, /*relaunch=*/true));
+  ASSIGN_OR_RETURN(auto agent, connectAgent(persisted).map_error([&](Error e) { return e.context("rollback " + inst.id); }));
+  return Instance{inst.id, persisted.state["pid"].get<int>(), std::move(agent), std::move(persisted)};
 }
 
 }  // namespace space::jail

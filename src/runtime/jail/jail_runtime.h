@@ -13,6 +13,7 @@
 #include "common/unique_fd.h"
 #include "net/address_pool.h"
 #include "runtime/jail/cgroup.h"
+#include "runtime/jail/layer_volume.h"
 #include "runtime/jail/network.h"
 #include "runtime/runtime.h"
 
@@ -31,6 +32,8 @@ struct JailConfig {
   // The sandbox network (runtime/jail/network.h). Null: sandboxes keep a network namespace with only lo.
   std::shared_ptr<net::AddressPool> network_pool;
   NetworkConfig network;
+  // Sparse size of SPACE's XFS layer volume, made where the state dir cannot reflink (layer_volume.h).
+  uint64_t volume_bytes = 64ull << 30;
 };
 
 class JailRuntime : public runtime::Runtime {
@@ -39,13 +42,17 @@ class JailRuntime : public runtime::Runtime {
   static Result<std::unique_ptr<JailRuntime>> create(const JailConfig& config);
 
   std::string name() const override { return "jail"; }
-  runtime::Capabilities capabilities() const override { return {.pause = true}; }
+  // Snapshots hold the filesystem only: processes are not captured (a rollback restarts them).
+  runtime::Capabilities capabilities() const override {
+    return {.pause = true, .snapshot_filesystem = true, .snapshot_memory = false, .rollback = true, .fork = true};
+  }
 
   Result<runtime::Instance> start(const runtime::SandboxSpec& spec) override;
   Status pause(runtime::Instance& inst) override;
   Status resume(runtime::Instance& inst) override;
   Result<runtime::SnapshotRef> snapshot(runtime::Instance& inst, runtime::SnapshotKind kind) override;
   Result<runtime::Instance> restore(const runtime::SnapshotRef& ref, const runtime::SandboxSpec& spec) override;
+  Result<runtime::Instance> rollback(runtime::Instance& inst, const runtime::SnapshotRef& ref) override;
   Status destroy(const runtime::PersistedInstance& inst) override;
   Result<runtime::Instance> reattach(const runtime::PersistedInstance& inst) override;
   Result<runtime::Usage> usage(const runtime::PersistedInstance& inst) override;
@@ -56,10 +63,18 @@ class JailRuntime : public runtime::Runtime {
 
   CgroupKind cgroupKind() const { return cgroups_->kind(); }
   std::string sandboxesDir() const { return config_.state_dir + "/sandboxes"; }
+  const LayerVolume& volume() const { return volume_; }
 
  private:
   JailRuntime(JailConfig config, std::unique_ptr<CgroupBackend> cgroups, std::string policy);
-  Status launch(const runtime::SandboxSpec& spec, runtime::PersistedInstance& persisted);
+  // base_image: a snapshot's layer to clone instead of a fresh one. relaunch: the directory, image, cgroup
+  // and subnet of persisted exist already (rollback).
+  // base_uid: the uid range base of the sandbox the base image comes from.
+  Status launch(const runtime::SandboxSpec& spec, runtime::PersistedInstance& persisted, const std::string& base_image,
+                uint32_t base_uid, bool relaunch);
+  Result<runtime::Instance> startFrom(const runtime::SandboxSpec& spec, const std::string& base_image,
+                                      uint32_t base_uid);
+  Result<std::shared_ptr<agent::AgentClient>> connectAgent(const runtime::PersistedInstance& persisted);
 
   JailConfig config_;
   // A sealed in-memory copy of the agent, made once: every sandbox execs it, so rebuilding or replacing
@@ -67,6 +82,7 @@ class JailRuntime : public runtime::Runtime {
   UniqueFd agent_fd_;
   std::unique_ptr<CgroupBackend> cgroups_;
   std::string seccomp_policy_text_;
+  LayerVolume volume_;
 };
 
 // What SPACE left in the kernel and on disk (for tests and start-up reconciliation).

@@ -7,7 +7,10 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <ftw.h>
+
 #include <filesystem>
+#include <mutex>
 #include <vector>
 
 #include "common/unique_fd.h"
@@ -42,12 +45,32 @@ Status makeDir(const std::string& path, mode_t mode) {
   return ok();
 }
 
+// For mount points that a sandbox restarted in place (rollback) has already.
+Status ensureDir(const std::string& path, mode_t mode) {
+  if (mkdir(path.c_str(), mode) < 0 && errno != EEXIST) return sysError(errno, "mkdir {}", path);
+  return ok();
+}
+
 }  // namespace
 
-Status createLayerDisk(const std::string& dir, uint64_t bytes, uint64_t inodes, uint32_t owner) {
+Status mountLayerDisk(const std::string& dir, const std::string& image) {
   // 0711: the sandbox's uid must traverse it (its init resolves rootfs/ before pivot_root), nothing more.
-  TRY(makeDir(dir, 0711));
-  std::string image = dir + "/disk.img";
+  TRY(ensureDir(dir, 0711));
+  std::string disk = dir + "/disk";
+  TRY(ensureDir(disk, 0711));
+  ASSIGN_OR_RETURN(sys::LoopDevice loop, sys::attachLoopDevice(image));
+  if (mount(loop.path.c_str(), disk.c_str(), "ext4", MS_NOSUID | MS_NODEV, nullptr) < 0)
+    return sysError(errno, "mount {} ({}) on {}", image, loop.path, disk);
+  // Private: nothing mounted here may propagate into other mount namespaces of the host (which would pin
+  // the sandbox's layer after destroy).
+  if (mount("none", disk.c_str(), nullptr, MS_PRIVATE, nullptr) < 0) return sysError(errno, "make {} private", disk);
+  TRY(ensureDir(dir + "/lower", 0755));
+  TRY(ensureDir(dir + "/rootfs", 0755));
+  return ok();
+}
+
+Status createLayerDisk(const std::string& dir, const std::string& image, uint64_t bytes, uint64_t inodes,
+                       uint32_t owner) {
   {
     UniqueFd fd(open(image.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600));
     if (!fd) return sysError(errno, "create {}", image);
@@ -59,25 +82,44 @@ Status createLayerDisk(const std::string& dir, uint64_t bytes, uint64_t inodes, 
   // -m 0: no blocks reserved for root (the sandbox's root is the only user). -N: the inode quota.
   TRY(runCommand({"mkfs.ext4", "-q", "-F", "-O", "^has_journal", "-m", "0", "-N", std::to_string(inodes), "-E",
                   fmt::format("lazy_itable_init=1,root_owner={0}:{0}", owner), image}));
-  std::string disk = dir + "/disk";
-  TRY(makeDir(disk, 0711));
-  ASSIGN_OR_RETURN(sys::LoopDevice loop, sys::attachLoopDevice(image));
-  if (mount(loop.path.c_str(), disk.c_str(), "ext4", MS_NOSUID | MS_NODEV, nullptr) < 0)
-    return sysError(errno, "mount {} ({}) on {}", image, loop.path, disk);
-  // Private: nothing mounted here may propagate into other mount namespaces of the host (which would pin
-  // the sandbox's layer after destroy).
-  if (mount("none", disk.c_str(), nullptr, MS_PRIVATE, nullptr) < 0) return sysError(errno, "make {} private", disk);
+  TRY(mountLayerDisk(dir, image));
   for (const char* sub : {"upper", "work"}) {
-    std::string path = disk + "/" + sub;
+    std::string path = dir + "/disk/" + sub;
     TRY(makeDir(path, 0755));
     if (chown(path.c_str(), owner, owner) < 0) return sysError(errno, "chown {} {}", path, owner);
   }
-  TRY(makeDir(dir + "/lower", 0755));
-  TRY(makeDir(dir + "/rootfs", 0755));
   return ok();
 }
 
-Status removeLayerDisk(const std::string& dir) {
+namespace {
+uint32_t shift_from, shift_to, shift_count;
+int shiftOne(const char* path, const struct stat* st, int, struct FTW*) {
+  auto move = [](uint32_t id) { return id - shift_from < shift_count ? id - shift_from + shift_to : id; };
+  uid_t uid = move(st->st_uid);
+  gid_t gid = move(st->st_gid);
+  if ((uid != st->st_uid || gid != st->st_gid) && lchown(path, uid, gid) < 0) return errno;
+  // lchown clears setuid/setgid bits of files: put them back (the mount is nosuid anyway).
+  if (!S_ISLNK(st->st_mode) && (st->st_mode & (S_ISUID | S_ISGID)) && chmod(path, st->st_mode & 07777) < 0) return errno;
+  return 0;
+}
+}  // namespace
+
+Status shiftLayerOwners(const std::string& dir, uint32_t from_base, uint32_t to_base, uint32_t count) {
+  if (from_base == to_base) return ok();
+  // nftw keeps its callback state in globals: one shift at a time.
+  static std::mutex mu;
+  std::lock_guard lock(mu);
+  shift_from = from_base;
+  shift_to = to_base;
+  shift_count = count;
+  std::string root = dir + "/disk";
+  int rc = nftw(root.c_str(), shiftOne, 64, FTW_PHYS | FTW_MOUNT);
+  if (rc != 0) return sysError(rc > 0 ? rc : errno, "shift the owners of {} to uid {}", root, to_base);
+  return ok();
+}
+
+Status removeLayerDisk(const std::string& dir, const std::string& image) {
+  if (!image.empty() && unlink(image.c_str()) < 0 && errno != ENOENT) return sysError(errno, "remove {}", image);
   struct stat st;
   if (lstat(dir.c_str(), &st) < 0) return errno == ENOENT ? ok() : sysError(errno, "stat {}", dir);
   unmountHostCopies(dir);
@@ -92,9 +134,8 @@ Status removeLayerDisk(const std::string& dir) {
   return ok();
 }
 
-Result<uint64_t> layerDiskUsage(const std::string& dir) {
+Result<uint64_t> layerDiskUsage(const std::string& image) {
   struct stat st;
-  std::string image = dir + "/disk.img";
   if (stat(image.c_str(), &st) < 0) return sysError(errno, "stat {}", image);
   return static_cast<uint64_t>(st.st_blocks) * 512;
 }

@@ -40,6 +40,21 @@ Status attachNetwork(net::AddressPool& pool, pid_t pid, nlohmann::json& state) {
   return ok();
 }
 
+Status relinkNetwork(pid_t pid, const nlohmann::json& state) {
+  auto subnet = persistedSubnet(state);
+  if (!subnet) return ok();
+  std::string link = persistedLink(state);
+  // The old namespace's end goes with it, asynchronously: the host end may still be there.
+  if (auto st = net::deleteHostLink(link); !st && st.error().kind != ErrorKind::kNotFound && st.error().sys_errno != ENODEV)
+    return st;
+  std::string ns_path = "/proc/" + std::to_string(pid) + "/ns/net";
+  UniqueFd ns(open(ns_path.c_str(), O_RDONLY | O_CLOEXEC));
+  if (!ns) return sysError(errno, "open {}", ns_path);
+  ASSIGN_OR_RETURN(net::SandboxLink made, net::SandboxLink::create(ns.get(), link, *subnet));
+  made.release();
+  return ok();
+}
+
 Status detachNetwork(net::AddressPool& pool, const nlohmann::json& state) {
   auto subnet = persistedSubnet(state);
   if (!subnet) return ok();

@@ -36,6 +36,9 @@ std::string linkNameFor(const net::SandboxSubnet& subnet);
 Status attachNetwork(net::AddressPool& pool, pid_t pid, nlohmann::json& state);
 // Deletes the host link (gone already when the namespace died) and returns the subnet to the pool.
 Status detachNetwork(net::AddressPool& pool, const nlohmann::json& state);
+// A sandbox restarted in place (rollback): a new namespace gets the link of the persisted subnet again
+// (same addresses, same link name), after the old pair, if the kernel has not removed it yet, is deleted.
+Status relinkNetwork(pid_t pid, const nlohmann::json& state);
 
 // What every process of a networked sandbox finds in its environment: the explicit proxy.
 std::map<std::string, std::string> proxyEnv(const net::SandboxSubnet& subnet, const NetworkConfig& config);

@@ -4,6 +4,7 @@
 #include "runtime/jail/jail_runtime.h"
 
 #include <gtest/gtest.h>
+#include <fmt/format.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -80,10 +81,16 @@ class JailRuntimeTest : public ::testing::Test {
     config.state_dir = kStateDir;
     config.agent_binary = agent_;
     config.seccomp_policy = std::string(SPACE_SOURCE_DIR) + "/policies/seccomp/default.json";
+    config.volume_bytes = 4ull << 30;
     if (const char* log = std::getenv("SPACE_AGENT_LOG")) config.agent_log_path = log;
     auto rt = JailRuntime::create(config);
     ASSERT_TRUE(rt) << rt.error().message;
     runtime_ = std::move(*rt);
+  }
+
+  void TearDown() override {
+    runtime_.reset();
+    if (geteuid() == 0) (void)closeLayerVolume(kStateDir);
   }
 
   runtime::SandboxSpec spec(const std::string& suffix) {
@@ -92,7 +99,8 @@ class JailRuntimeTest : public ::testing::Test {
     s.template_rootfs = kTemplate;
     s.dir = runtime_->sandboxesDir() + "/" + s.id;
     s.hostname = "jail-test";
-    s.uid_base = 1500000000u + static_cast<uint32_t>(getpid() % 1000) * 131072u + (suffix == "b" ? 65536u : 0u);
+    s.uid_base = 1500000000u + static_cast<uint32_t>(getpid() % 1000) * 262144u + (suffix == "b" ? 65536u : 0u) +
+                 (suffix == "c" ? 131072u : 0u);
     s.uid_count = 65536;
     s.limits.disk_bytes = 16ull << 20;
     s.limits.disk_inodes = 2000;
@@ -193,6 +201,48 @@ TEST_F(JailRuntimeTest, BadTemplateFailsWithStepAndUnwinds) {
   EXPECT_TRUE(after->pids.empty()) << after->describe();
   EXPECT_TRUE(after->mounts.empty()) << after->describe();
   EXPECT_FALSE(fs::exists(s.dir));
+}
+
+// Snapshot, rollback in place and fork (restore into a new sandbox) on real sandboxes.
+TEST_F(JailRuntimeTest, SnapshotRollbackAndForkKeepFiles) {
+  auto s = spec("a");
+  auto inst = runtime_->start(s);
+  ASSERT_TRUE(inst) << inst.error().message;
+  ASSERT_EQ(run(*inst->agent, {"sh", "-c", "echo one > /etc/v && mkdir /etc/x"}).exit_code, 0);
+  auto snap = runtime_->snapshot(*inst, runtime::SnapshotKind::kFilesystem);
+  ASSERT_TRUE(snap) << snap.error().message;
+  EXPECT_EQ(snap->kind, "filesystem");
+  EXPECT_TRUE(fs::exists(snap->path + "/disk.img"));
+  EXPECT_TRUE(fs::exists(snap->path + "/snapshot.json"));
+  EXPECT_FALSE(fs::exists(snap->path + ".tmp"));
+  // The sandbox runs on after the snapshot.
+  EXPECT_EQ(run(*inst->agent, {"sh", "-c", "echo two > /etc/v; rm -rf /etc/x /bin/ls; cat /etc/v"}).out, "two\n");
+  // A full snapshot (processes) is not what a jail can give.
+  EXPECT_FALSE(runtime_->snapshot(*inst, runtime::SnapshotKind::kFull));
+
+  int old_pid = inst->pid;
+  auto rolled = runtime_->rollback(*inst, *snap);
+  ASSERT_TRUE(rolled) << rolled.error().message;
+  EXPECT_NE(rolled->pid, old_pid);
+  EXPECT_EQ(run(*rolled->agent, {"cat", "/etc/v"}).out, "one\n");
+  EXPECT_EQ(run(*rolled->agent, {"sh", "-c", "test -d /etc/x && ls / >/dev/null && echo ok"}).out, "ok\n");
+  EXPECT_EQ(run(*rolled->agent, {"hostname"}).out, "jail-test\n");
+
+  auto c = spec("c");
+  auto child = runtime_->restore(*snap, c);
+  ASSERT_TRUE(child) << child.error().message;
+  EXPECT_EQ(run(*child->agent, {"cat", "/etc/v"}).out, "one\n");
+  ASSERT_EQ(run(*child->agent, {"sh", "-c", "echo child > /etc/v"}).exit_code, 0);
+  EXPECT_EQ(run(*rolled->agent, {"cat", "/etc/v"}).out, "one\n");
+
+  auto p1 = rolled->persisted, p2 = child->persisted;
+  rolled->agent.reset();
+  child->agent.reset();
+  ASSERT_TRUE(runtime_->destroy(p1));
+  ASSERT_TRUE(runtime_->destroy(p2));
+  ASSERT_TRUE(runtime_->deleteSnapshot(*snap));
+  EXPECT_FALSE(fs::exists(snap->path));
+  for (const auto& p : {p1, p2}) EXPECT_FALSE(fs::exists(p.state["image"].get<std::string>()));
 }
 
 }  // namespace

@@ -1,0 +1,79 @@
+// space snapshot | history | rollback | fork (docs/snapshots.md).
+#include <fmt/format.h>
+
+#include "cli/commands.h"
+#include "cli/context.h"
+#include "http/url.h"
+
+namespace space::cli {
+namespace {
+
+std::string humanBytes(uint64_t b) {
+  if (b >= (1ull << 30)) return fmt::format("{:.1f} GiB", static_cast<double>(b) / (1ull << 30));
+  if (b >= (1ull << 20)) return fmt::format("{:.1f} MiB", static_cast<double>(b) / (1ull << 20));
+  return fmt::format("{} KiB", (b + 1023) / 1024);
+}
+
+std::string sandboxPath(const std::string& id) { return "/v1/sandboxes/" + http::percentEncode(id); }
+
+}  // namespace
+
+// Prints only the snapshot's id, so `SNAP=$(space snapshot ID)` works.
+int cmdSnapshot(Context& ctx, const std::string& id, const std::string& name) {
+  nlohmann::json body = nlohmann::json::object();
+  if (!name.empty()) body["name"] = name;
+  auto j = callJson(ctx, "POST", sandboxPath(id) + "/snapshots", body);
+  if (!j) return fail(&ctx, j.error());
+  fmt::print("{}\n", ctx.json ? j->dump() : j->value("id", ""));
+  return 0;
+}
+
+int cmdHistory(Context& ctx, const std::string& id) {
+  auto j = callJson(ctx, "GET", sandboxPath(id) + "/snapshots");
+  if (!j) return fail(&ctx, j.error());
+  if (ctx.json) {
+    fmt::print("{}\n", j->dump());
+    return 0;
+  }
+  std::vector<std::vector<std::string>> rows;
+  for (const auto& s : j->value("snapshots", nlohmann::json::array()))
+    rows.push_back({s.value("id", ""), s.value("name", ""), s.value("created", ""), s.value("kind", ""),
+                    s.value("origin", ""), humanBytes(s.value("size_bytes", uint64_t{0}))});
+  printTable({"SNAPSHOT", "NAME", "CREATED", "KIND", "ORIGIN", "SIZE"}, rows);
+  fmt::print("{} snapshots, {} on disk\n", rows.size(), humanBytes(j->value("total_size_bytes", uint64_t{0})));
+  return 0;
+}
+
+int cmdSnapshotRm(Context& ctx, const std::vector<std::string>& snaps) {
+  int rc = 0;
+  for (const auto& s : snaps) {
+    auto j = callJson(ctx, "DELETE", "/v1/snapshots/" + http::percentEncode(s));
+    if (!j) rc = fail(&ctx, j.error().context(s));
+  }
+  return rc;
+}
+
+int cmdRollback(Context& ctx, const std::string& id, const std::string& snap) {
+  nlohmann::json body = nlohmann::json::object();
+  body["snapshot"] = snap;
+  auto j = callJson(ctx, "POST", sandboxPath(id) + "/rollback", body);
+  if (!j) return fail(&ctx, j.error());
+  fmt::print("{}\n", ctx.json ? j->dump() : id);
+  return 0;
+}
+
+// Prints the children's ids, one a line.
+int cmdFork(Context& ctx, const std::string& id, int count, const std::string& snap) {
+  nlohmann::json body = {{"count", count}};
+  if (!snap.empty()) body["snapshot"] = snap;
+  auto j = callJson(ctx, "POST", sandboxPath(id) + "/fork", body);
+  if (!j) return fail(&ctx, j.error());
+  if (ctx.json) {
+    fmt::print("{}\n", j->dump());
+    return 0;
+  }
+  for (const auto& s : j->value("sandboxes", nlohmann::json::array())) fmt::print("{}\n", s.value("id", ""));
+  return 0;
+}
+
+}  // namespace space::cli

@@ -1,0 +1,293 @@
+// Snapshots, rollback and fork of sandboxes (docs/snapshots.md). The runtime makes and restores the
+// files; the manager keeps the rows, names, the order of operations, and re-gives a restarted or forked
+// sandbox its identity.
+#include <filesystem>
+
+#include <spdlog/spdlog.h>
+
+#include "common/defer.h"
+#include "common/ids.h"
+#include "core/manager_impl.h"
+#include "core/retention.h"
+#include "runtime/jail/jail_runtime.h"
+
+namespace space::core {
+namespace {
+
+constexpr int kMaxForks = 64;
+
+Status checkSnapshotName(const std::string& name) {
+  if (name.size() > 64) return makeError(ErrorKind::kInvalidArgument, "snapshot name: at most 64 characters");
+  for (char c : name)
+    if (!(isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_' || c == '.'))
+      return makeError(ErrorKind::kInvalidArgument, "snapshot name '{}': only [A-Za-z0-9._-]", name.substr(0, 64));
+  if (name.rfind("snap-", 0) == 0)
+    return makeError(ErrorKind::kInvalidArgument, "snapshot name '{}' must not start with snap- (ids do)", name);
+  return ok();
+}
+
+}  // namespace
+
+Status Manager::sealUserEnv(store::SandboxRecord& rec, const std::map<std::string, std::string>& env) {
+  rec.spec.erase("env_sealed");
+  if (env.empty()) return ok();
+  ASSIGN_OR_RETURN(store::SecretBox * box, secretBox());
+  nlohmann::json j(env);
+  ASSIGN_OR_RETURN(std::string sealed, box->seal(j.dump(), "env:" + rec.id));
+  rec.spec["env_sealed"] = sealed;
+  return ok();
+}
+
+Result<std::map<std::string, std::string>> Manager::userEnv(const store::SandboxRecord& rec) {
+  std::map<std::string, std::string> env;
+  if (!rec.spec.contains("env_sealed")) return env;
+  ASSIGN_OR_RETURN(store::SecretBox * box, secretBox());
+  ASSIGN_OR_RETURN(std::string plain, box->unseal(rec.spec["env_sealed"].get<std::string>(), "env:" + rec.id));
+  auto j = nlohmann::json::parse(plain, nullptr, false);
+  if (!j.is_object()) return makeError(ErrorKind::kInternal, "sandbox {}: sealed environment unreadable", rec.id);
+  return j.get<std::map<std::string, std::string>>();
+}
+
+Result<store::SnapshotRecord> Manager::findSnapshot(const std::string& sandbox_id, const std::string& ref) {
+  if (ref.rfind("snap-", 0) == 0) {
+    ASSIGN_OR_RETURN(store::SnapshotRecord s, store_->getSnapshot(ref));
+    if (!sandbox_id.empty() && s.sandbox_id != sandbox_id)
+      return makeError(ErrorKind::kInvalidArgument, "snapshot {} belongs to sandbox {}, not {}", ref, s.sandbox_id,
+                       sandbox_id);
+    return s;
+  }
+  ASSIGN_OR_RETURN(auto all, store_->listSnapshots(sandbox_id));
+  for (auto& s : all)
+    if (s.name == ref) return s;
+  return makeError(ErrorKind::kNotFound, "sandbox {} has no snapshot named '{}'", sandbox_id, ref);
+}
+
+Result<store::SnapshotRecord> Manager::takeSnapshot(store::SandboxRecord& rec, const std::string& name,
+                                                   const std::string& origin) {
+  if (rec.state != "running" && rec.state != "paused")
+    return makeError(ErrorKind::kConflict, "sandbox {} is {}, not running or paused", rec.id, rec.state);
+  runtime::Runtime& rt = runtimeFor(rec.runtime);
+  auto caps = rt.capabilities();
+  if (!caps.snapshot_filesystem && !caps.snapshot_memory)
+    return makeError(ErrorKind::kUnsupported, "snapshots are not supported by the {} runtime yet", rec.runtime);
+  runtime::Instance inst = instanceOf(rec);
+  inst.persisted.state["paused"] = rec.state == "paused";
+  auto kind = caps.snapshot_memory ? runtime::SnapshotKind::kFull : runtime::SnapshotKind::kFilesystem;
+  ASSIGN_OR_RETURN(runtime::SnapshotRef ref, rt.snapshot(inst, kind));
+  store::SnapshotRecord s;
+  s.id = ref.id;
+  s.sandbox_id = rec.id;
+  s.name = name;
+  s.runtime = rec.runtime;
+  s.kind = ref.kind;
+  s.path = ref.path;
+  s.size_bytes = ref.size_bytes;
+  s.origin = origin;
+  s.created_ms = nowUnixMs();
+  // The files are complete and synced; the row makes the snapshot exist. A crash between the two leaves
+  // a directory without a row, which the next start removes.
+  if (auto st = store_->insertSnapshot(s); !st) {
+    (void)rt.deleteSnapshot(ref);
+    return tl::unexpected(st.error());
+  }
+  return s;
+}
+
+Result<store::SnapshotRecord> Manager::snapshot(const std::string& id, const std::string& name) {
+  TRY(checkSnapshotName(name));
+  std::lock_guard op(snapshot_mu_);
+  ASSIGN_OR_RETURN(store::SandboxRecord rec, store_->getSandbox(id));
+  if (rec.pooled) return makeError(ErrorKind::kNotFound, "sandbox {} not found", id);
+  return takeSnapshot(rec, name, "manual");
+}
+
+Result<std::vector<store::SnapshotRecord>> Manager::listSnapshots(const std::string& id) {
+  ASSIGN_OR_RETURN(store::SandboxRecord rec, store_->getSandbox(id));
+  if (rec.pooled) return makeError(ErrorKind::kNotFound, "sandbox {} not found", id);
+  return store_->listSnapshots(id);
+}
+
+Result<store::SnapshotRecord> Manager::getSnapshot(const std::string& snapshot) {
+  return store_->getSnapshot(snapshot);
+}
+
+Status Manager::deleteSnapshot(const std::string& snapshot) {
+  std::lock_guard op(snapshot_mu_);
+  ASSIGN_OR_RETURN(store::SnapshotRecord s, store_->getSnapshot(snapshot));
+  // Row first: a crash after it leaves files without a row (removed at start), never a row without files.
+  TRY(store_->deleteSnapshot(s.id));
+  return runtimeFor(s.runtime).deleteSnapshot(refOf(s));
+}
+
+void Manager::deleteSnapshotsOf(const std::string& sandbox_id) {
+  auto all = store_->listSnapshots(sandbox_id);
+  if (!all) return;
+  for (const auto& s : *all) {
+    if (auto st = store_->deleteSnapshot(s.id); !st) continue;
+    if (auto st = runtimeFor(s.runtime).deleteSnapshot(refOf(s)); !st)
+      spdlog::warn("snapshot {}: {}", s.id, st.error().message);
+  }
+}
+
+void Manager::removeOrphanSnapshots() {
+  auto* jail = dynamic_cast<jail::JailRuntime*>(jail_.get());
+  if (!jail) return;
+  auto rows = store_->listSnapshots("");
+  if (!rows) return;
+  std::set<std::string> known;
+  for (const auto& s : *rows) known.insert(std::filesystem::path(s.path).filename().string());
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator(jail->volume().snapshotsDir(), ec)) {
+    std::string name = entry.path().filename().string();
+    if (known.count(name)) continue;
+    spdlog::warn("reconcile: removing snapshot files {} that no snapshot row names (an interrupted snapshot)", name);
+    std::filesystem::remove_all(entry.path(), ec);
+  }
+  // Clones made for a rollback that never finished.
+  for (const auto& entry : std::filesystem::directory_iterator(jail->volume().layersDir(), ec)) {
+    if (entry.path().extension() == ".next") std::filesystem::remove(entry.path(), ec);
+  }
+}
+
+void Manager::keepHistory(store::SandboxRecord& rec, int64_t now) {
+  if (!rec.spec.contains("history")) return;
+  auto policy = HistoryPolicy::parse(rec.spec["history"]);
+  if (!policy) return;
+  std::lock_guard op(snapshot_mu_);
+  auto all = store_->listSnapshots(rec.id);
+  if (!all) return;
+  std::vector<HistoryEntry> autos;
+  int64_t newest = 0;
+  for (const auto& s : *all) {
+    if (s.origin != "auto") continue;
+    autos.push_back({s.id, s.created_ms});
+    newest = std::max(newest, s.created_ms);
+  }
+  if (snapshotDue(*policy, newest, now)) {
+    auto fresh = store_->getSandbox(rec.id);  // the state may have changed since the reaper listed it
+    if (!fresh || (fresh->state != "running" && fresh->state != "paused")) return;
+    auto taken = takeSnapshot(*fresh, "", "auto");
+    if (!taken) {
+      spdlog::warn("history: snapshot of {}: {}", rec.id, taken.error().message);
+      return;
+    }
+    autos.push_back({taken->id, taken->created_ms});
+  }
+  for (const auto& id : snapshotsToThin(*policy, autos, now)) {
+    auto s = store_->getSnapshot(id);
+    if (!s || !store_->deleteSnapshot(id)) continue;
+    if (auto st = runtimeFor(s->runtime).deleteSnapshot(refOf(*s)); !st)
+      spdlog::warn("history: thin {}: {}", id, st.error().message);
+  }
+}
+
+Result<SandboxView> Manager::rollback(const std::string& id, const std::string& snapshot) {
+  std::lock_guard op(snapshot_mu_);
+  ASSIGN_OR_RETURN(store::SandboxRecord rec, store_->getSandbox(id));
+  if (rec.pooled) return makeError(ErrorKind::kNotFound, "sandbox {} not found", id);
+  if (rec.state != "running" && rec.state != "paused")
+    return makeError(ErrorKind::kConflict, "sandbox {} is {}, not running or paused", id, rec.state);
+  ASSIGN_OR_RETURN(store::SnapshotRecord snap, findSnapshot(id, snapshot));
+  runtime::Runtime& rt = runtimeFor(rec.runtime);
+  ASSIGN_OR_RETURN(auto env, userEnv(rec));
+  if (egress_ && rec.spec.contains("egress")) {
+    CreateSandbox same;
+    auto extra = handOverEgress(rec, same);  // the CA variables; placeholders come from the row below
+    if (!extra) return tl::unexpected(extra.error());
+    for (auto& [k, v] : *extra) env.emplace(k, v);
+    for (const auto& b : rec.spec["egress"].value("secrets", nlohmann::json::array()))
+      env.emplace(b["name"].get<std::string>(), b["placeholder"].get<std::string>());
+  }
+  runtime::Instance inst = instanceOf(rec);
+  {
+    std::lock_guard lock(mu_);
+    busy_.insert(id);
+  }
+  Defer not_busy([&] {
+    std::lock_guard lock(mu_);
+    busy_.erase(id);
+  });
+  auto next = rt.rollback(inst, refOf(snap));
+  if (!next) {
+    // The runtime leaves the sandbox as it was unless its processes were already stopped.
+    if (!inst.agent || !rt.alive(inst)) {
+      rec.state = "failed";
+      rec.error = "rollback failed: " + next.error().message;
+      (void)store_->updateSandbox(rec);
+      std::lock_guard lock(mu_);
+      live_.erase(id);
+    }
+    return tl::unexpected(next.error().context("rollback " + id));
+  }
+  if (!env.empty()) {
+    agent::Identity identity;
+    identity.env = env;
+    TRY(next->agent->setIdentity(identity));
+  }
+  rec.persisted = next->persisted.state;
+  rec.state = "running";
+  rec.spec.erase("auto_paused");
+  TRY(store_->updateSandbox(rec));
+  {
+    std::lock_guard lock(mu_);
+    live_[id] = *next;
+  }
+  return viewOf(rec, false);
+}
+
+Result<ForkResult> Manager::fork(const ForkSandbox& cmd) {
+  if (cmd.count < 1 || cmd.count > kMaxForks)
+    return makeError(ErrorKind::kInvalidArgument, "count must be between 1 and {}", kMaxForks);
+  std::lock_guard op(snapshot_mu_);
+  ASSIGN_OR_RETURN(store::SandboxRecord rec, store_->getSandbox(cmd.id));
+  if (rec.pooled) return makeError(ErrorKind::kNotFound, "sandbox {} not found", cmd.id);
+  if (!runtimeFor(rec.runtime).capabilities().fork)
+    return makeError(ErrorKind::kUnsupported, "fork is not supported by the {} runtime yet", rec.runtime);
+  {
+    auto count = store_->listSandboxes({});
+    if (count && static_cast<int>(count->size()) + cmd.count > config_.max_sandboxes)
+      return makeError(ErrorKind::kResourceExhausted, "{} more sandboxes would exceed this node's maximum of {}",
+                       cmd.count, config_.max_sandboxes);
+  }
+  ForkResult out;
+  if (cmd.snapshot.empty()) {
+    ASSIGN_OR_RETURN(out.snapshot, takeSnapshot(rec, "", "fork"));
+  } else {
+    ASSIGN_OR_RETURN(out.snapshot, findSnapshot(cmd.id, cmd.snapshot));
+  }
+  ASSIGN_OR_RETURN(store::TemplateRecord tpl, store_->getTemplate(rec.template_name));
+  runtime::Limits limits = defaultLimits(rec.runtime);
+  const auto& l = rec.spec.value("limits", nlohmann::json::object());
+  limits.cpu_millis = l.value("cpu_millis", limits.cpu_millis);
+  limits.memory_bytes = l.value("memory_bytes", limits.memory_bytes);
+  limits.pids = l.value("pids", limits.pids);
+  limits.disk_bytes = l.value("disk_bytes", limits.disk_bytes);
+  // Each child is created as the parent was: its environment, labels, TTL and network policy, with its
+  // own id, address, CA and secret placeholders.
+  CreateSandbox like;
+  like.template_name = rec.template_name;
+  like.isolation = rec.runtime;
+  ASSIGN_OR_RETURN(like.env, userEnv(rec));
+  like.labels = rec.labels;
+  like.labels["space.fork_of"] = rec.id;
+  like.ttl_s = rec.spec.value("ttl_s", int64_t{0});
+  if (rec.spec.contains("egress")) {
+    const auto& e = rec.spec["egress"];
+    if (e.contains("policy")) like.network = e["policy"];
+    for (const auto& b : e.value("secrets", nlohmann::json::array())) like.secrets.push_back(b["name"].get<std::string>());
+  }
+  runtime::SnapshotRef ref = refOf(out.snapshot);
+  for (int i = 0; i < cmd.count; ++i) {
+    auto started = startSandbox(tpl, limits, like.env, /*pooled=*/false, rec.runtime, false, &ref);
+    if (!started) {
+      counters_.create_failures++;
+      return tl::unexpected(started.error().context(fmt::format("fork {} ({} of {} made)", rec.id, i, cmd.count)));
+    }
+    counters_.creates_fresh++;
+    ASSIGN_OR_RETURN(SandboxView view, completeCreate(*started, like));
+    out.sandboxes.push_back(std::move(view));
+  }
+  return out;
+}
+
+}  // namespace space::core
