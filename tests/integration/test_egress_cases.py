@@ -559,19 +559,18 @@ def test_placeholder_abuse_is_blocked_and_audited_E13(egress_daemon, upstream, p
                           "  lambda: requests.get('http://allowed.test/e13-header', headers={'Authorization': 'Bearer ' + ph}, timeout=8).raise_for_status(),\n"
                           "  lambda: requests.get('https://secret.test/e13-bound-urlenc?k=' + enc, timeout=8).raise_for_status(),\n"
                           "  lambda: requests.get('https://secret.test/e13-bound-basic-requests', auth=('u', ph), timeout=8).raise_for_status(),\n"
+                          "  lambda: requests.post('http://allowed.test/e13-large', data=b'x' * 100000 + ph.encode(), timeout=8).raise_for_status(),\n"
                           "]\nfor i, t in enumerate(tries):\n    attempt(i, t)")
-        assert "OPEN" not in r.out and r.out.count("refused") == 8, (r.out, r.err)
+        assert "OPEN" not in r.out and r.out.count("refused") == 9, (r.out, r.err)
         time.sleep(0.5)
         after = upstream_log(upstream)[before:]
-        # A body is scanned as it streams: a request blocked in its body may have sent its head and the
-        # bytes before the placeholder, but never the placeholder and never a whole request.
-        leaked = [e for e in after if e["kind"] == "http" and e["path"].startswith("/e13") and e["complete"]]
-        assert not leaked, leaked
-        assert ph not in json.dumps(after), after
-        # The real value goes to its bound host only (as injected into a head whose body was then refused).
-        assert all(value not in json.dumps(e) or e["headers"].get("Host") == "secret.test" for e in after), after
+        # Not even the head of a request refused for its body reaches the upstream; only with a body larger
+        # than what the gateway holds back does the upstream see a request, cut off before the placeholder.
+        leaked = [e for e in after if e["kind"] == "http" and e["path"].startswith("/e13")]
+        assert [(e["path"], e["complete"]) for e in leaked] in ([], [("/e13-large", False)]), leaked
+        assert ph not in json.dumps(after) and value not in json.dumps(after), after
         lines = denials(d, sid, "placeholder")
-        assert len(lines) >= len(curl) + 8, [(x.get("path"), x["rule"]) for x in denials(d, sid)]
+        assert len(lines) >= len(curl) + 9, [(x.get("path"), x["rule"]) for x in denials(d, sid)]
         assert all(value not in json.dumps(x) for x in audit(d, sid))
         assert all("E13_TOKEN" in x["reason"] for x in lines), lines
     finally:
