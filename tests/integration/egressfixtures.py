@@ -14,7 +14,6 @@ import shutil
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 import pytest
@@ -145,12 +144,3 @@ def audit(d, sid) -> list[dict]:
     assert status == 200, body
     return [json.loads(x) for x in body.decode().splitlines() if x.strip()]
 
-
-def wait_audit(d, sid, match, timeout=5.0) -> list[dict]:
-    """The audit lines for which match(line) holds, waited for a little: a connection is audited when it ends."""
-    deadline = time.monotonic() + timeout
-    while True:
-        found = [x for x in audit(d, sid) if match(x)]
-        if found or time.monotonic() >= deadline:
-            return found
-        time.sleep(0.2)
