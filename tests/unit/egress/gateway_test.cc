@@ -398,7 +398,7 @@ TEST_F(EgressGateway, TransparentFirstMessagesAreDecidedWithoutWaiting) {  // E1
   // Two bytes that can start neither a ClientHello nor a method: refused at once, not at the timeout.
   {
     tcp::socket s = connectFromSandbox(gateway_->transparentPort());
-    asio::write(s, asio::buffer(std::string("\x00\x01")));
+    asio::write(s, asio::buffer(std::string("\x00\x01", 2)));
     EXPECT_EQ(readAll(s), "");
   }
   EXPECT_NE(auditText().find("neither a TLS ClientHello nor an HTTP request"), std::string::npos) << auditText();
