@@ -1,5 +1,7 @@
 #include "egress/proxy.h"
 
+#include <poll.h>
+
 #include "egress/asio.h"
 #include "egress/client_hello.h"
 #include "egress/proxy_http.h"
@@ -185,7 +187,16 @@ struct Peeked {
   std::string sni;    // TLS
   std::string host;   // HTTP Host (host part)
   std::string error;  // neither, or malformed
+  bool bad_http = false;  // error is about an HTTP request: the sandbox gets a 400, the audit says http-strict
 };
+
+// Whether the peer has closed its sending side (no more bytes will come after what is queued). MSG_PEEK
+// keeps returning the queued bytes after a FIN, so without this an incomplete first message would hold
+// the connection until the handshake timeout.
+bool peerHalfClosed(tcp::socket& s) {
+  pollfd p{s.native_handle(), POLLRDHUP, 0};
+  return ::poll(&p, 1, 0) == 1 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR));
+}
 
 awaitable<Peeked> peekFirstBytes(Conn& c, uint16_t default_port) {
   Peeked out;
@@ -194,6 +205,7 @@ awaitable<Peeked> peekFirstBytes(Conn& c, uint16_t default_port) {
   auto delay = std::chrono::milliseconds(1);
   while (true) {
     co_await c.client.async_wait(tcp::socket::wait_read, use_awaitable);
+    const bool final_bytes = peerHalfClosed(c.client);  // checked before the peek: then the peek saw them all
     size_t n = co_await c.client.async_receive(asio::buffer(buf), tcp::socket::message_peek, use_awaitable);
     if (n == 0) {
       out.error = "connection closed before any request";
@@ -213,35 +225,47 @@ awaitable<Peeked> peekFirstBytes(Conn& c, uint16_t default_port) {
       }
     } else {
       std::string_view text(reinterpret_cast<const char*>(buf.data()), n);
+      auto upper = [](char ch) { return ch >= 'A' && ch <= 'Z'; };
       size_t sp = text.find(' ');
-      bool token = sp != std::string_view::npos && sp > 0 && sp < 16 &&
-                   std::all_of(text.begin(), text.begin() + sp, [](char ch) { return ch >= 'A' && ch <= 'Z'; });
-      if (!token && (sp != std::string_view::npos || n >= 16)) {
+      bool token = sp != std::string_view::npos && sp > 0 && sp < 16 && std::all_of(text.begin(), text.begin() + sp, upper);
+      // A method is upper-case letters: anything else is decided on its first byte, not after more arrive.
+      size_t letters = std::find_if_not(text.begin(), text.end(), upper) - text.begin();
+      bool may_become_token = letters == n && n < 16;
+      if (!token && !may_become_token) {
         out.error = "neither a TLS ClientHello nor an HTTP request";
         co_return out;
       }
+      auto fail_http = [&](const std::string& why) {
+        out.error = why;
+        out.bad_http = true;
+      };
       auto end = http::findHeadEnd(text);
       if (!end) {
-        out.error = end.error().message;
+        fail_http(end.error().message);
         co_return out;
       }
       if (*end != std::string_view::npos) {
         auto head = http::parseRequestHead(text.substr(0, *end));
         if (!head) {
-          out.error = head.error().message;
+          fail_http(head.error().message);
           co_return out;
         }
         out.http = true;
         if (const http::Header* h = head->find("Host")) {
           auto a = http::parseAuthority(h->value, default_port);
           if (!a) {
-            out.error = a.error().message;
+            fail_http(a.error().message);
             co_return out;
           }
           out.host = a->bracketed ? "[" + a->host + "]" : a->host;
         }
         co_return out;
       }
+    }
+    if (final_bytes) {
+      out.error = "connection closed before the first message was complete";
+      out.bad_http = data[0] != 0x16;
+      co_return out;
     }
     if (n >= buf.size()) {
       out.error = "first message too large";
@@ -325,6 +349,17 @@ void denyRecord(Conn& c, const Decision& d) {
   c.rec.reason = d.reason;
 }
 
+// Denies a connection whose first message peekFirstBytes refused; a malformed HTTP request is answered 400.
+awaitable<void> refuseFirstMessage(Conn& c, const Peeked& p) {
+  if (!p.bad_http) {
+    denyRecord(c, Decision{Verdict::kDeny, "unrecognised-protocol", p.error});
+    co_return;
+  }
+  denyRecord(c, Decision{Verdict::kDeny, "http-strict", p.error});
+  const std::string msg = refusal(400, p.error);
+  co_await writeAll(c.client, msg, c);
+}
+
 // After the decision: connect to the vetted address, then splice, relay HTTP, or intercept.
 awaitable<void> connectAndServe(std::shared_ptr<Conn> c, const Decision& d, IpAddress ip, uint16_t port, bool tls,
                                 std::string name, bool plain_http, std::string already_read, RelayMode mode,
@@ -388,8 +423,8 @@ awaitable<void> Gateway::Impl::transparentSession(std::shared_ptr<Conn> c) {
   c->rec.used = orig.address().to_string() + ":" + std::to_string(port);
   Peeked p = co_await peekFirstBytes(*c, port);
   if (!p.error.empty()) {
-    // E10: garbage instead of a ClientHello, or a malformed one.
-    denyRecord(*c, Decision{Verdict::kDeny, "unrecognised-protocol", p.error});
+    // E10: garbage instead of a ClientHello, or a malformed one; E15: a malformed HTTP request.
+    co_await refuseFirstMessage(*c, p);
     co_return;
   }
   c->rec.sni = p.sni;
@@ -498,7 +533,7 @@ awaitable<void> Gateway::Impl::proxySession(std::shared_ptr<Conn> c) {
     // E9: what travels through the tunnel must be for the host the tunnel was granted to.
     Peeked p = co_await peekFirstBytes(*c, a->port);
     if (!p.error.empty()) {
-      denyRecord(*c, Decision{Verdict::kDeny, "unrecognised-protocol", p.error});
+      co_await refuseFirstMessage(*c, p);
       co_return;
     }
     c->rec.sni = p.sni;

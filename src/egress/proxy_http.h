@@ -24,6 +24,9 @@ struct PlaceholderInBody {
   size_t secret;
 };
 
+// How much of a request body the relay holds back (with the head) until it has been scanned.
+constexpr uint64_t kHeldBody = 64 * 1024;
+
 template <class S>
 awaitable<size_t> readMore(S& s, std::string& buf, Conn& c) {
   char tmp[16384];
@@ -214,8 +217,10 @@ awaitable<void> relayHttp(Conn& c, C& client, U& upstream, std::string cbuf, Rel
       co_return;
     }
     if (expect_continue) co_await writeAll(client, "HTTP/1.1 100 Continue\r\n\r\n", c);
-    const std::string request_head = head.serialize();
-    co_await writeAll(upstream, request_head, c);
+    // The head and the first kHeldBody bytes of the body wait until those bytes are scanned: a request
+    // refused for its body (E13) reaches the upstream only if its body is larger than that.
+    std::string held = head.serialize();
+    bool flushed = false;
     uint64_t up = 0, down = 0;
     PlaceholderScanner scanner(secrets);
     std::optional<size_t> blocked;
@@ -224,13 +229,23 @@ awaitable<void> relayHttp(Conn& c, C& client, U& upstream, std::string cbuf, Rel
                         [&](std::string_view raw, std::string_view decoded) -> awaitable<void> {
                           if (auto i = scanner.feed(decoded)) throw PlaceholderInBody{*i};
                           up += raw.size();
-                          co_await writeAll(upstream, raw, c);
+                          if (flushed) {
+                            co_await writeAll(upstream, raw, c);
+                            co_return;
+                          }
+                          held.append(raw);
+                          if (up <= kHeldBody) co_return;
+                          flushed = true;
+                          co_await writeAll(upstream, held, c);
+                          held.clear();
                         });
     } catch (const PlaceholderInBody& p) {
       blocked = p.secret;
     }
+    if (!blocked && !flushed) co_await writeAll(upstream, held, c);
     if (blocked) {
-      // The upstream saw an incomplete body and is cut off; the sandbox gets the refusal.
+      // Nothing reached the upstream unless the body was large; then it saw an incomplete body and is cut
+      // off. The sandbox gets the refusal.
       boost::system::error_code ec;
       c.upstream.close(ec);
       const std::string why = fmt::format("placeholder of secret {} in the request body", secrets[*blocked].name);

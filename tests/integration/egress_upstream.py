@@ -1,7 +1,16 @@
-"""Upstream servers for test_egress.py, run inside the test's own network namespace:
-HTTP on :80 and HTTPS on :443 that echo the request head back as JSON, a DNS server on :53 that answers
-A records for the test names, and a UDP sink on :5353. Every request, query and datagram is appended
-to a JSON-lines log, so the test sees from outside what reached the upstream side."""
+"""Upstream servers for the egress tests, run inside the test's own network namespace:
+HTTP on :80 and HTTPS on :443 that echo the request head (and body) back as JSON, or answer
+`/redirect?to=URL` with a 302; a DNS server on :53; and a UDP sink on :5353. Every accepted TCP connection,
+request, query and datagram is appended to a JSON-lines log, so the test sees from outside what reached the
+upstream side (an `accept` record means the gateway opened a connection, whatever came through it).
+
+DNS answers, by name (SECURITY.md E4, E5, E6 need answers a real resolver would give an attacker):
+  private.test, *.private.test    A 10.0.0.1, AAAA ::ffff:127.0.0.1
+  *.mapped.test                   AAAA ::ffff:169.254.169.254 only
+  *.mixed.test                    A 10.0.0.1, 169.254.169.254, the upstream, 127.0.0.1; AAAA ::1
+  *.rebind.test                   TTL 0: the first A query gets the upstream, every later one 10.0.0.1
+  any other name ending in .test  A the upstream (TTL 60)
+  anything else                   NXDOMAIN"""
 
 import json
 import socket
@@ -11,10 +20,11 @@ import struct
 import sys
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from urllib.parse import parse_qs, urlsplit
 
 ADDR, LOG, CERT, KEY = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4]
-NAMES = {"allowed.test", "other.test", "secret.test"}
 _lock = threading.Lock()
+_rebind_seen: set[str] = set()
 
 
 def log(**rec):
@@ -25,29 +35,83 @@ def log(**rec):
 class Echo(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
 
-    def do_GET(self):
+    def _body(self) -> tuple[bytes, bool]:
+        """The request body, and whether it arrived whole (a gateway that cuts a request off mid-body
+        leaves an incomplete one, which no server would act on)."""
+        if self.headers.get("Transfer-Encoding", "").lower() == "chunked":
+            out = b""
+            while True:
+                line = self.rfile.readline()
+                if not line.endswith(b"\n"):
+                    return out, False
+                size = int(line.split(b";")[0].strip() or b"0", 16)
+                if size == 0:
+                    while (line := self.rfile.readline()) not in (b"\r\n", b"\n"):
+                        if not line:
+                            return out, False
+                    return out, True
+                data = self.rfile.read(size)
+                out += data
+                if len(data) < size or not self.rfile.readline():
+                    return out, False
+        n = int(self.headers.get("Content-Length") or 0)
+        body = self.rfile.read(n) if n else b""
+        return body, len(body) == n
+
+    def _answer(self):
         headers = {k: v for k, v in self.headers.items()}
-        log(kind="http", tls=isinstance(self.connection, ssl.SSLSocket), path=self.path, headers=headers)
-        body = json.dumps({"path": self.path, "headers": headers}).encode()
+        body, complete = self._body()
+        log(kind="http", tls=isinstance(self.connection, ssl.SSLSocket), method=self.command, path=self.path,
+            headers=headers, body=body.decode("latin-1")[:4096], complete=complete)
+        if not complete:
+            self.close_connection = True
+            return
+        target = parse_qs(urlsplit(self.path).query).get("to")
+        if urlsplit(self.path).path == "/redirect" and target:
+            self.send_response(302)
+            self.send_header("Location", target[0])
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+            return
+        out = json.dumps({"path": self.path, "headers": headers}).encode()
         self.send_response(200)
         self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(body)))
+        self.send_header("Content-Length", str(len(out)))
         self.end_headers()
-        self.wfile.write(body)
+        self.wfile.write(out)
+
+    do_GET = do_POST = do_PUT = _answer
 
     def log_message(self, *a):
         pass
 
 
-def serve_http():
-    ThreadingHTTPServer((ADDR, 80), Echo).serve_forever()
+class Server(ThreadingHTTPServer):
+    """Logs every accepted connection before anything is read from it; TLS (when tls is set) is
+    negotiated in the connection's thread, so a refused or garbage handshake is logged too."""
+    daemon_threads = True
+    tls: ssl.SSLContext | None = None
+
+    def get_request(self):
+        sock, addr = self.socket.accept()
+        log(kind="accept", port=self.server_address[1], source=addr[0])
+        return sock, addr
+
+    def finish_request(self, request, client_address):
+        if self.tls:
+            try:
+                request = self.tls.wrap_socket(request, server_side=True)
+            except (ssl.SSLError, OSError) as e:
+                log(kind="tls-failed", port=self.server_address[1], error=str(e))
+                return
+        super().finish_request(request, client_address)
 
 
-def serve_https():
-    srv = ThreadingHTTPServer((ADDR, 443), Echo)
-    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-    ctx.load_cert_chain(CERT, KEY)
-    srv.socket = ctx.wrap_socket(srv.socket, server_side=True)
+def serve(port, tls):
+    srv = Server((ADDR, port), Echo)
+    if tls:
+        srv.tls = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        srv.tls.load_cert_chain(CERT, KEY)
     srv.serve_forever()
 
 
@@ -60,6 +124,32 @@ def qname(data, off=12):
     return ".".join(labels).lower(), off + 1
 
 
+def under(name, zone):
+    return name == zone or name.endswith("." + zone)
+
+
+def records(name, qtype):
+    """(address, ttl) answers for name and qtype (1 = A, 28 = AAAA), or None for NXDOMAIN."""
+    if not name.endswith(".test"):
+        return None
+    if under(name, "private.test"):
+        return [("10.0.0.1", 60)] if qtype == 1 else [("::ffff:127.0.0.1", 60)] if qtype == 28 else []
+    if under(name, "mapped.test"):
+        return [("::ffff:169.254.169.254", 60)] if qtype == 28 else []
+    if under(name, "mixed.test"):
+        if qtype == 1:
+            return [(a, 60) for a in ("10.0.0.1", "169.254.169.254", ADDR, "127.0.0.1")]
+        return [("::1", 60)] if qtype == 28 else []
+    if under(name, "rebind.test"):
+        if qtype != 1:
+            return []
+        with _lock:
+            first = name not in _rebind_seen
+            _rebind_seen.add(name)
+        return [(ADDR if first else "10.0.0.1", 0)]
+    return [(ADDR, 60)] if qtype == 1 else []
+
+
 class Dns(socketserver.BaseRequestHandler):
     def handle(self):
         data, sock = self.request
@@ -68,15 +158,17 @@ class Dns(socketserver.BaseRequestHandler):
             qtype = struct.unpack("!H", data[end:end + 2])[0]
         except (IndexError, struct.error):
             return
-        log(kind="dns", name=name, qtype=qtype)
+        answers = records(name, qtype)
+        log(kind="dns", name=name, qtype=qtype, answers=[a for a, _ in answers or []])
         question = data[12:end + 4]
-        if name in NAMES and qtype == 1:
-            answer = b"\xc0\x0c" + struct.pack("!HHIH", 1, 1, 60, 4) + socket.inet_aton(ADDR)
-            head = data[:2] + struct.pack("!HHHHH", 0x8180, 1, 1, 0, 0)
-            sock.sendto(head + question + answer, self.client_address)
-        else:
-            rcode = 0x8180 if name in NAMES else 0x8183  # NOERROR/no data, or NXDOMAIN
-            sock.sendto(data[:2] + struct.pack("!HHHHH", rcode, 1, 0, 0, 0) + question, self.client_address)
+        rcode = 0x8183 if answers is None else 0x8180  # NXDOMAIN, or NOERROR (maybe without data)
+        body = b""
+        for addr, ttl in answers or []:
+            v6 = ":" in addr
+            rdata = socket.inet_pton(socket.AF_INET6 if v6 else socket.AF_INET, addr)
+            body += b"\xc0\x0c" + struct.pack("!HHIH", 28 if v6 else 1, 1, ttl, len(rdata)) + rdata
+        head = data[:2] + struct.pack("!HHHHH", rcode, 1, len(answers or []), 0, 0)
+        sock.sendto(head + question + body, self.client_address)
 
 
 class Sink(socketserver.BaseRequestHandler):
@@ -84,7 +176,7 @@ class Sink(socketserver.BaseRequestHandler):
         log(kind="udp", port=5353, source=self.client_address[0], size=len(self.request[0]))
 
 
-for target in (serve_http, serve_https,
+for target in (lambda: serve(80, False), lambda: serve(443, True),
                lambda: socketserver.ThreadingUDPServer((ADDR, 53), Dns).serve_forever(),
                lambda: socketserver.ThreadingUDPServer((ADDR, 5353), Sink).serve_forever()):
     threading.Thread(target=target, daemon=True).start()

@@ -10,131 +10,10 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
-import subprocess
-import sys
-import tempfile
 import time
 from pathlib import Path
 
-import pytest
-
-import spacelib
-from spacefixtures import PYTHON_ROOTFS
-
-HERE = Path(__file__).resolve().parent
-TAG = os.getpid() % 200 + 20
-NS = f"space-egress-test-{os.getpid()}"
-HOST_IF = f"sput{TAG}"         # not "spc*": SPACE's nftables table and reconciliation own those links
-NET = f"10.251.{TAG}."         # the upstream side: host .1, test namespace .2
-UPSTREAM = NET + "2"
-
-
-def _skip(reason: str):
-    print("\n" + reason, file=sys.stderr)
-    pytest.skip(reason)
-
-
-def _run(*argv, check=True, **kw):
-    return subprocess.run(list(argv), check=check, capture_output=True, text=True, timeout=60, **kw)
-
-
-@pytest.fixture(scope="module")
-def upstream():
-    """The test namespace with its servers, a test CA and a leaf for the test names; torn down after."""
-    if os.geteuid() != 0:
-        _skip("egress tests need root (network namespaces, nftables)")
-    if not (spacelib.bin_dir() / "space-egress").is_file():
-        _skip(f"no space-egress in {spacelib.bin_dir()}")
-    if not shutil.which("nft") or _run("nft", "list", "tables", check=False).returncode != 0:
-        _skip("nftables is not usable here: the egress gateway cannot be tested")
-    if not shutil.which("openssl") or not shutil.which("ip"):
-        _skip("openssl and iproute2 are needed for the upstream side")
-    if _run("pgrep", "-x", "space-egress", check=False).stdout.split():
-        # Table, ports and address pool are host-wide: one gateway per host.
-        _skip("another SPACE egress gateway runs on this host (a spaced outside the tests); stop it to run these")
-    work = Path(tempfile.mkdtemp(prefix="space-egress-test-", dir="/var/tmp"))
-    os.chmod(work, 0o755)
-    ca_key, ca_crt, key, csr, crt = (work / n for n in ("ca.key", "ca.crt", "leaf.key", "leaf.csr", "leaf.crt"))
-    (work / "ext.cnf").write_text("subjectAltName=DNS:allowed.test,DNS:other.test,DNS:secret.test\n"
-                                  "basicConstraints=CA:FALSE\nextendedKeyUsage=serverAuth\n")
-    _run("openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes",
-         "-keyout", str(ca_key), "-out", str(ca_crt), "-days", "2", "-subj", "/CN=space egress test upstream CA")
-    _run("openssl", "req", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes", "-keyout", str(key),
-         "-out", str(csr), "-subj", "/CN=allowed.test")
-    _run("openssl", "x509", "-req", "-in", str(csr), "-CA", str(ca_crt), "-CAkey", str(ca_key), "-CAcreateserial",
-         "-out", str(crt), "-days", "2", "-extfile", str(work / "ext.cnf"))
-    _run("ip", "netns", "add", NS)
-    server = None
-    try:
-        _run("ip", "link", "add", HOST_IF, "type", "veth", "peer", "name", "up0", "netns", NS)
-        _run("ip", "addr", "add", NET + "1/24", "dev", HOST_IF)
-        _run("ip", "link", "set", HOST_IF, "up")
-        _run("ip", "-n", NS, "addr", "add", UPSTREAM + "/24", "dev", "up0")
-        _run("ip", "-n", NS, "link", "set", "up0", "up")
-        _run("ip", "-n", NS, "link", "set", "lo", "up")
-        log = work / "upstream.jsonl"
-        log.touch()
-        server = subprocess.Popen(["ip", "netns", "exec", NS, sys.executable, str(HERE / "egress_upstream.py"),
-                                   UPSTREAM, str(log), str(crt), str(key)],
-                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        if server.stdout.readline().strip() != "ready":
-            raise RuntimeError(f"upstream servers did not start: {server.stderr.read()}")
-        yield {"ca": str(ca_crt), "log": log}
-    finally:
-        if server:
-            server.kill()
-            server.wait(10)
-        _run("ip", "link", "del", HOST_IF, check=False)
-        _run("ip", "netns", "del", NS, check=False)
-        shutil.rmtree(work, ignore_errors=True)
-
-
-def upstream_log(up) -> list[dict]:
-    return [json.loads(line) for line in up["log"].read_text().splitlines() if line.strip()]
-
-
-@pytest.fixture(scope="module")
-def egress_daemon(upstream, tmp_path_factory):
-    """One spaced with egress on (module-wide: the gateway's ports and table are host-wide)."""
-    config = {"pool_size": 0, "vm_pool_size": 0, "default_template": "busybox", "egress": True,
-              "egress_test_external_subnets": [NET + "0/24"],
-              "egress_upstream_resolvers": UPSTREAM + ":53",
-              "egress_upstream_ca_file": upstream["ca"]}
-    from spacefixtures import start_daemon_with_busybox, stop_and_check, baseline_uid_procs
-    baseline = baseline_uid_procs()
-    d = start_daemon_with_busybox(config)
-    if "egress: on" not in d.log_path.read_text(errors="replace"):
-        d.stop()
-        _skip(f"spaced did not turn egress on:\n{d.log_tail()}")
-    yield d
-    problems = stop_and_check(d, baseline, 0)
-    assert d.egress_pid() is None, "space-egress outlived the test daemon's teardown"
-    leftover_links = [n for n in os.listdir("/sys/class/net") if n.startswith("spc")]
-    # spaced leaves its table in place across its own restarts by design; with no gateway left on this
-    # host, the test removes it (the net unit tests refuse to run next to an existing table).
-    gateways = _run("pgrep", "-x", "space-egress", check=False).stdout.split()
-    if not gateways:
-        _run("nft", "delete", "table", "inet", "space", check=False)
-    assert not leftover_links, f"sandbox links left behind: {leftover_links}"
-    assert not problems, "\n".join(problems)
-
-
-@pytest.fixture(scope="module")
-def python_tpl(egress_daemon):
-    if not (PYTHON_ROOTFS / "usr" / "bin" / "curl").exists():
-        _skip(f"no python rootfs with curl at {PYTHON_ROOTFS}")
-    if not any(t.get("name") == "python" for t in egress_daemon.client.templates()):
-        egress_daemon.client.build_template("python", str(PYTHON_ROOTFS))
-    return "python"
-
-
-def create(d, **kw) -> str:
-    return d.client.create(**kw)["id"]
-
-
-def sh(d, sid, script, timeout_s=30):
-    return d.client.sh(sid, script, timeout_s=timeout_s, timeout=timeout_s + 30)
+from egressfixtures import CURL, UPSTREAM, create, egress_daemon, python_tpl, sh, upstream, upstream_log  # noqa: F401
 
 
 # ------------------------------------------------------------------------------------------------ tests
@@ -157,8 +36,6 @@ def test_sandbox_gets_a_network_and_the_proxy_env(egress_daemon):
         d.client.delete(sid)
     assert not Path(f"/sys/class/net/{link}").exists(), f"host link {link} left after delete"
 
-
-CURL = "curl -sS -f --max-time 8"  # -f: a 403 from the gateway is a failure
 
 
 def test_deny_all_blocks_everything(egress_daemon, upstream, python_tpl):

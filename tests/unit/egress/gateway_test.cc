@@ -183,7 +183,8 @@ class EgressGateway : public ::testing::Test {
     s.connect({asio::ip::make_address("127.0.0.1"), port});
     return s;
   }
-  static std::string readAll(tcp::socket& s) {
+  template <class Stream>
+  static std::string readAll(Stream& s) {
     std::string out;
     boost::system::error_code ec;
     char buf[4096];
@@ -218,6 +219,25 @@ class EgressGateway : public ::testing::Test {
     return ctx;
   }
 
+  // A CONNECT tunnel to allowed.test (its secret makes it intercepted) and the sandbox's TLS through it,
+  // trusting only the sandbox's CA: the handshake succeeding means the gateway intercepted.
+  struct Tunnel {
+    std::unique_ptr<tcp::socket> sock;
+    std::unique_ptr<asio::ssl::context> trust;
+    std::unique_ptr<asio::ssl::stream<tcp::socket&>> tls;
+  };
+  Tunnel interceptedTunnel() {
+    Tunnel t;
+    t.sock = std::make_unique<tcp::socket>(connectFromSandbox(gateway_->proxyPort()));
+    EXPECT_TRUE(connectReply(*t.sock, "allowed.test:" + std::to_string(upstream_.port())).starts_with("HTTP/1.1 200"));
+    t.trust = sandboxTrust();
+    t.tls = std::make_unique<asio::ssl::stream<tcp::socket&>>(*t.sock, *t.trust);
+    SSL_set_tlsext_host_name(t.tls->native_handle(), "allowed.test");
+    SSL_set1_host(t.tls->native_handle(), "allowed.test");
+    t.tls->handshake(asio::ssl::stream_base::client);
+    return t;
+  }
+
   EchoUpstream upstream_;
   FakeResolver resolver_;
   std::unique_ptr<Audit> audit_;
@@ -234,24 +254,12 @@ class EgressGateway : public ::testing::Test {
 }  // namespace
 
 TEST_F(EgressGateway, InterceptsInjectsAndRedacts) {  // E13, E17
-  tcp::socket s = connectFromSandbox(gateway_->proxyPort());
-  ASSERT_TRUE(connectReply(s, "allowed.test:" + std::to_string(upstream_.port())).starts_with("HTTP/1.1 200"));
-  auto trust = sandboxTrust();
-  asio::ssl::stream<tcp::socket&> tls(s, *trust);
-  SSL_set_tlsext_host_name(tls.native_handle(), "allowed.test");
-  SSL_set1_host(tls.native_handle(), "allowed.test");
-  tls.handshake(asio::ssl::stream_base::client);  // trusts only the sandbox CA: interception happened
+  Tunnel t = interceptedTunnel();
+  auto& tls = *t.tls;
   std::string req = "GET /v1/echo?x=1 HTTP/1.1\r\nHost: allowed.test:" + std::to_string(upstream_.port()) +
                     "\r\nAuthorization: Bearer " + kPlaceholder + "\r\n\r\n";
   asio::write(tls, asio::buffer(req));
-  std::string resp;
-  boost::system::error_code ec;
-  char buf[4096];
-  while (true) {
-    size_t n = tls.read_some(asio::buffer(buf), ec);
-    if (ec) break;
-    resp.append(buf, n);
-  }
+  std::string resp = readAll(tls);
   EXPECT_NE(upstream_.lastRequest().find("Authorization: Bearer " + kValue), std::string::npos)
       << upstream_.lastRequest();
   EXPECT_NE(resp.find("HTTP/1.1 200"), std::string::npos) << resp;
@@ -265,24 +273,29 @@ TEST_F(EgressGateway, InterceptsInjectsAndRedacts) {  // E13, E17
 }
 
 TEST_F(EgressGateway, PlaceholderToTheQueryIsBlocked) {  // E13
-  tcp::socket s = connectFromSandbox(gateway_->proxyPort());
-  ASSERT_TRUE(connectReply(s, "allowed.test:" + std::to_string(upstream_.port())).starts_with("HTTP/1.1 200"));
-  auto trust = sandboxTrust();
-  asio::ssl::stream<tcp::socket&> tls(s, *trust);
-  SSL_set_tlsext_host_name(tls.native_handle(), "allowed.test");
-  tls.handshake(asio::ssl::stream_base::client);
+  Tunnel t = interceptedTunnel();
+  auto& tls = *t.tls;
   std::string req = "GET /?k=" + kPlaceholder + " HTTP/1.1\r\nHost: allowed.test\r\n\r\n";
   asio::write(tls, asio::buffer(req));
-  std::string resp;
-  boost::system::error_code ec;
-  char buf[4096];
-  while (true) {
-    size_t n = tls.read_some(asio::buffer(buf), ec);
-    if (ec) break;
-    resp.append(buf, n);
-  }
+  std::string resp = readAll(tls);
   EXPECT_NE(resp.find("403"), std::string::npos) << resp;
   EXPECT_NE(auditText().find("placeholder of secret API_KEY"), std::string::npos);
+}
+
+TEST_F(EgressGateway, PlaceholderInTheBodyBlocksTheWholeRequest) {  // E13
+  Tunnel t = interceptedTunnel();
+  auto& tls = *t.tls;
+  // The placeholder arrives in the body's second write, after bytes that are clean on their own.
+  std::string body = "token=" + kPlaceholder;
+  std::string req = "POST /body-blocked HTTP/1.1\r\nHost: allowed.test\r\nContent-Length: " +
+                    std::to_string(body.size()) + "\r\n\r\n" + body.substr(0, 6);
+  asio::write(tls, asio::buffer(req));
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));  // two reads on the gateway's side
+  asio::write(tls, asio::buffer(body.substr(6)));
+  std::string resp = readAll(tls);
+  EXPECT_TRUE(resp.starts_with("HTTP/1.1 403")) << resp;
+  EXPECT_NE(auditText().find("placeholder of secret API_KEY in the request body"), std::string::npos) << auditText();
+  EXPECT_EQ(upstream_.lastRequest(), "");  // not even the head (with the injected value) went out
 }
 
 TEST_F(EgressGateway, ConnectDenials) {  // E1, E2, E3, E4, E6, E7, E12
@@ -378,6 +391,38 @@ TEST_F(EgressGateway, TransparentDecisions) {  // E10, E5
   std::string audit = auditText();
   EXPECT_NE(audit.find("destination-mismatch"), std::string::npos) << audit;
   EXPECT_NE(audit.find("unrecognised-protocol"), std::string::npos) << audit;
+}
+
+TEST_F(EgressGateway, TransparentFirstMessagesAreDecidedWithoutWaiting) {  // E10, E15
+  original_dst_ = tcp::endpoint(asio::ip::make_address("127.0.0.1"), upstream_.port());
+  // Two bytes that can start neither a ClientHello nor a method: refused at once, not at the timeout.
+  {
+    tcp::socket s = connectFromSandbox(gateway_->transparentPort());
+    asio::write(s, asio::buffer(std::string("\x00\x01", 2)));
+    EXPECT_EQ(readAll(s), "");
+  }
+  EXPECT_NE(auditText().find("neither a TLS ClientHello nor an HTTP request"), std::string::npos) << auditText();
+  // A head the sandbox stops sending half-way (FIN): refused as soon as the FIN is seen.
+  {
+    tcp::socket s = connectFromSandbox(gateway_->transparentPort());
+    asio::write(s, asio::buffer(std::string("GET / HTTP/1.1\r\nHost: allowed.test\r\n")));
+    s.shutdown(tcp::socket::shutdown_send);
+    EXPECT_TRUE(readAll(s).starts_with("HTTP/1.1 400")) << "no refusal";
+  }
+  EXPECT_NE(auditText().find("connection closed before the first message was complete"), std::string::npos)
+      << auditText();
+  // A malformed HTTP head on the transparent path is answered 400 and audited http-strict, like elsewhere.
+  for (std::string head : {"GET / HTTP/1.1\r\nHost: allowed.test@evil.test\r\n\r\n",
+                           "POST / HTTP/1.1\r\nHost: allowed.test\r\nContent-Length: 1\r\nTransfer-Encoding: "
+                           "chunked\r\n\r\n0\r\n\r\n"}) {
+    tcp::socket s = connectFromSandbox(gateway_->transparentPort());
+    asio::write(s, asio::buffer(head));
+    std::string answer = readAll(s);
+    EXPECT_TRUE(answer.starts_with("HTTP/1.1 400")) << head << answer;
+    EXPECT_NE(answer.find("X-Space-Egress: refused"), std::string::npos) << answer;
+  }
+  EXPECT_NE(auditText().find("\"rule\":\"http-strict\""), std::string::npos) << auditText();
+  EXPECT_EQ(upstream_.lastRequest(), "");
 }
 
 TEST_F(EgressGateway, DnsAnswersOnlyAllowedNamesAndNeverForwardsTheRest) {  // E4, E6, E16
