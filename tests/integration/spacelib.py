@@ -671,7 +671,12 @@ def cgroup_dirs(sid: str) -> list[Path]:
     for root in roots:
         # Typical layouts: <root>/space/<id>, <root>/space.slice/<id>, <root>/space/sandboxes/<id>.
         for pat in (f"*/{sid}", f"*/*/{sid}", f"*/{sid}.*", f"*/*/{sid}.*"):
-            for p in root.glob(pat):
+            try:
+                matches = list(root.glob(pat))
+            except FileNotFoundError:
+                # A cgroup removed while the glob walks it (a sandbox being deleted right now): look again.
+                matches = list(root.glob(pat))
+            for p in matches:
                 if p.is_dir() and "space" in str(p.relative_to(root)).split("/")[0]:
                     found.append(p)
     return sorted(set(found))
