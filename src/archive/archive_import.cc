@@ -140,17 +140,31 @@ Status importInto(const OpenedArchive& a, Authenticated& auth, const std::string
   return ok();
 }
 
+struct Verified {
+  OpenedArchive archive;
+  Authenticated auth;
+};
+
+// Opens an archive of the expected kind and authenticates it under kek; errors name the file.
+Result<Verified> openVerified(const std::string& path, ArchiveKind kind, const Kek& kek, std::string_view action) {
+  auto fail = [&](Error e) { return tl::unexpected(e.context(fmt::format("{} {}", action, path))); };
+  auto opened = openArchive(path);
+  if (!opened) return fail(opened.error());
+  if (opened->header.kind != kind)
+    return fail(Error{ErrorKind::kInvalidArgument, 0,
+                      kind == ArchiveKind::kSnapshot ? "it is a sealed file, not a snapshot archive"
+                                                     : "it is a snapshot archive, not a sealed file"});
+  auto auth = authenticate(*opened, kek);
+  if (!auth) return fail(auth.error());
+  return Verified{std::move(*opened), std::move(*auth)};
+}
+
 }  // namespace
 
 Result<ImportStats> importSnapshot(const std::string& in_file, const std::string& dest_dir, const Kek& kek,
                                    const ImportOptions& options) {
   auto fail = [&](Error e) { return tl::unexpected(e.context(fmt::format("import {}", in_file))); };
-  auto opened = openArchive(in_file);
-  if (!opened) return fail(opened.error());
-  if (opened->header.kind != ArchiveKind::kSnapshot)
-    return makeError(ErrorKind::kInvalidArgument, "import {}: it is a sealed file, not a snapshot archive", in_file);
-  auto auth = authenticate(*opened, kek);
-  if (!auth) return fail(auth.error());
+  ASSIGN_OR_RETURN(auto verified, openVerified(in_file, ArchiveKind::kSnapshot, kek, "import"));
   struct stat st;
   if (lstat(dest_dir.c_str(), &st) == 0)
     return makeError(ErrorKind::kConflict, "import {}: {} already exists", in_file, dest_dir);
@@ -167,7 +181,7 @@ Result<ImportStats> importSnapshot(const std::string& in_file, const std::string
   });
 
   ImportStats stats;
-  if (auto done = importInto(*opened, *auth, temp, options, stats); !done) return fail(done.error());
+  if (auto done = importInto(verified.archive, verified.auth, temp, options, stats); !done) return fail(done.error());
   // Only now, with every chunk verified and every file and directory fsynced, does dest appear.
   if (renameat2(AT_FDCWD, temp.c_str(), AT_FDCWD, dest_dir.c_str(), RENAME_NOREPLACE) < 0)
     return sysError(errno, "import {}: rename {} to {}", in_file, temp, dest_dir);
@@ -178,17 +192,13 @@ Result<ImportStats> importSnapshot(const std::string& in_file, const std::string
 
 Status openSealedFile(const std::string& sealed_path, const std::string& out_path, const Kek& kek) {
   auto fail = [&](Error e) { return tl::unexpected(e.context(fmt::format("open sealed file {}", sealed_path))); };
-  auto opened = openArchive(sealed_path);
-  if (!opened) return fail(opened.error());
-  if (opened->header.kind != ArchiveKind::kSealedFile)
-    return makeError(ErrorKind::kInvalidArgument, "open sealed file {}: it is a snapshot archive", sealed_path);
-  auto auth = authenticate(*opened, kek);
-  if (!auth) return fail(auth.error());
-  const FileEntry& entry = auth->manifest.files.front();
+  ASSIGN_OR_RETURN(auto verified, openVerified(sealed_path, ArchiveKind::kSealedFile, kek, "open sealed file"));
+  const FileEntry& entry = verified.auth.manifest.files.front();
   auto out = AtomicFile::create(out_path, entry.mode);
   if (!out) return fail(out.error());
   ImportStats stats;
-  if (auto done = restoreFile(*opened, *auth, entry, out->fd(), out_path, nullptr, false, stats); !done)
+  if (auto done = restoreFile(verified.archive, verified.auth, entry, out->fd(), out_path, nullptr, false, stats);
+      !done)
     return fail(done.error());
   return out->commit();
 }

@@ -13,6 +13,7 @@
 #include "common/hex.h"
 #include "common/unique_fd.h"
 #include "crypto/aes_gcm.h"
+#include "sys/pipe.h"
 
 extern char** environ;
 
@@ -22,16 +23,6 @@ namespace {
 constexpr size_t kMaxOutputBytes = 64 * 1024;
 constexpr int kTimeoutMs = 60'000;
 
-struct Pipe {
-  UniqueFd read, write;
-};
-
-Result<Pipe> makePipe() {
-  int fds[2];
-  if (pipe2(fds, O_CLOEXEC) < 0) return sysError(errno, "pipe2");
-  return Pipe{UniqueFd(fds[0]), UniqueFd(fds[1])};
-}
-
 struct Output {
   std::string out, err;
   int status = 0;
@@ -40,9 +31,9 @@ struct Output {
 // Runs argv with input on stdin; collects stdout and stderr (bounded) until both close, then reaps.
 Result<Output> runWithInput(const std::vector<std::string>& argv, const std::vector<std::string>& extra_env,
                             std::string_view input) {
-  ASSIGN_OR_RETURN(Pipe in, makePipe());
-  ASSIGN_OR_RETURN(Pipe out, makePipe());
-  ASSIGN_OR_RETURN(Pipe err, makePipe());
+  ASSIGN_OR_RETURN(sys::Pipe in, sys::makePipe());
+  ASSIGN_OR_RETURN(sys::Pipe out, sys::makePipe());
+  ASSIGN_OR_RETURN(sys::Pipe err, sys::makePipe());
   std::vector<char*> args;
   for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
   args.push_back(nullptr);
