@@ -93,11 +93,13 @@ Result<ExportStats> writeArchive(const std::vector<SourceFile>& files, const std
   // Returns the sealed record to append, or nullopt for a thin archive's stored chunk.
   auto recordFor = [&](const std::string& id, std::string_view data,
                        ChunkRef& ref) -> Result<std::optional<std::string>> {
+    bool damaged = false;
     if (store) {
       ASSIGN_OR_RETURN(auto stored, store->get(key.id, id));
       // A stored record is checked before it is reused: a damaged store must not yield an archive
-      // that fails on import. A record that does not open is replaced.
-      if (stored && codec.open(id, data.size(), *stored)) {
+      // that fails on import. A record that does not open is replaced below.
+      damaged = stored && !codec.open(id, data.size(), *stored);
+      if (stored && !damaged) {
         ++stats.chunks_from_store;
         if (options.thin) {
           ref.in_archive = false;
@@ -109,7 +111,7 @@ Result<ExportStats> writeArchive(const std::vector<SourceFile>& files, const std
     }
     ASSIGN_OR_RETURN(auto record, codec.seal(id, data));
     ++stats.chunks_sealed;
-    if (store) TRY(store->put(key.id, id, record));
+    if (store) TRY(store->put(key.id, id, record, /*replace=*/damaged));
     return std::optional<std::string>(std::move(record));
   };
 
@@ -153,7 +155,8 @@ Result<ExportStats> writeArchive(const std::vector<SourceFile>& files, const std
   if (manifest_bytes.size() > kMaxManifestBytes)
     return makeError(ErrorKind::kResourceExhausted,
                      "manifest of {} bytes exceeds the format's limit; use larger chunks", manifest_bytes.size());
-  ASSIGN_OR_RETURN(auto sealed_manifest, codec.sealManifest(manifest_bytes, lead + header_bytes));
+  ASSIGN_OR_RETURN(auto sealed_manifest,
+                   codec.sealManifest(manifest_bytes, manifestAssociatedData(lead, header_bytes)));
   TRY(writeAll(out.fd(), sealed_manifest, out_file));
   TRY(writeAll(out.fd(), encodeTrailer({body_start, manifest.chunk_area_length, sealed_manifest.size()}), out_file));
   stats.archive_bytes = body_start + manifest.chunk_area_length + sealed_manifest.size() + kTrailerBytes;

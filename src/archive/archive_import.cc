@@ -27,7 +27,7 @@ struct OpenedArchive {
   UniqueFd fd;
   uint64_t size = 0;
   mode_t mode = 0600;
-  std::string lead_and_header;
+  std::string header_bytes, manifest_aad;
   Header header;
   std::vector<KeySlot> slots;
   Trailer trailer;
@@ -56,7 +56,8 @@ Result<OpenedArchive> openArchive(const std::string& path) {
   TRY(preadExact(a.fd.get(), kLeadBytes + lead.header_len, lead.key_block_len, key_block, path));
   ASSIGN_OR_RETURN(a.header, parseHeader(header));
   ASSIGN_OR_RETURN(a.slots, parseKeyBlock(key_block));
-  a.lead_and_header = bytes + header;
+  a.header_bytes = header;
+  a.manifest_aad = manifestAssociatedData(bytes, header);
   return a;
 }
 
@@ -71,7 +72,7 @@ Result<Authenticated> authenticate(const OpenedArchive& a, const Kek& kek) {
   ChunkCodec codec(std::move(key), a.header.dek_id);
   std::string record;
   TRY(preadExact(a.fd.get(), a.trailer.body_start + a.trailer.manifest_offset, a.trailer.manifest_len, record, a.path));
-  ASSIGN_OR_RETURN(auto manifest_bytes, codec.openManifest(record, a.lead_and_header));
+  ASSIGN_OR_RETURN(auto manifest_bytes, codec.openManifest(record, a.manifest_aad));
   ASSIGN_OR_RETURN(auto manifest, parseManifest(manifest_bytes, a.header));
   if (manifest.chunk_area_length != a.trailer.manifest_offset)
     return makeError(ErrorKind::kInvalidArgument, "archive {}: chunk area and manifest disagree", a.path);
@@ -219,7 +220,7 @@ Status rewrapArchive(const std::string& path, const Kek& from, const Kek& to) {
   auto slots = rewrapSlots(opened->header.tenant, opened->header.dek_id, opened->slots, from, to);
   if (!slots) return fail(slots.error());
 
-  std::string header = opened->lead_and_header.substr(kLeadBytes), key_block = encodeKeyBlock(*slots);
+  std::string header = opened->header_bytes, key_block = encodeKeyBlock(*slots);
   if (key_block.size() > kMaxKeyBlockBytes)
     return makeError(ErrorKind::kInvalidArgument, "rewrap {}: too many key slots", path);
   std::string lead = encodeLead({static_cast<uint32_t>(header.size()), static_cast<uint32_t>(key_block.size())});

@@ -61,12 +61,12 @@ Result<std::string> ChunkCodec::open(const std::string& id, uint64_t raw_length,
   return plain;
 }
 
-Result<std::string> ChunkCodec::sealManifest(std::string_view manifest, std::string_view lead_and_header) const {
-  return crypto::aesGcmSeal(key_, fmt::format("space-manifest-v1|{}", lead_and_header), manifest);
+Result<std::string> ChunkCodec::sealManifest(std::string_view manifest, std::string_view aad) const {
+  return crypto::aesGcmSeal(key_, fmt::format("space-manifest-v1|{}", aad), manifest);
 }
 
-Result<std::string> ChunkCodec::openManifest(std::string_view record, std::string_view lead_and_header) const {
-  auto manifest = crypto::aesGcmOpen(key_, fmt::format("space-manifest-v1|{}", lead_and_header), record);
+Result<std::string> ChunkCodec::openManifest(std::string_view record, std::string_view aad) const {
+  auto manifest = crypto::aesGcmOpen(key_, fmt::format("space-manifest-v1|{}", aad), record);
   if (!manifest)
     return makeError(ErrorKind::kUnauthenticated,
                      "archive manifest or header does not authenticate (altered, or another key)");

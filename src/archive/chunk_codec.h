@@ -31,9 +31,9 @@ class ChunkCodec {
   // Authenticates, decompresses, and checks the length and the id of the plaintext.
   Result<std::string> open(const std::string& id, uint64_t raw_length, std::string_view record);
 
-  // The manifest: sealed under the DEK with the archive's lead and header as associated data.
-  Result<std::string> sealManifest(std::string_view manifest, std::string_view lead_and_header) const;
-  Result<std::string> openManifest(std::string_view record, std::string_view lead_and_header) const;
+  // The manifest: sealed under the DEK; aad is manifestAssociatedData (format.h).
+  Result<std::string> sealManifest(std::string_view manifest, std::string_view aad) const;
+  Result<std::string> openManifest(std::string_view record, std::string_view aad) const;
 
  private:
   std::string chunkAad(const std::string& id) const;

@@ -38,13 +38,13 @@ Result<std::optional<std::string>> ChunkStore::get(const std::string& dek_id, co
   return std::optional<std::string>(std::move(record));
 }
 
-Status ChunkStore::put(const std::string& dek_id, const std::string& id, std::string_view record) const {
+Status ChunkStore::put(const std::string& dek_id, const std::string& id, std::string_view record, bool replace) const {
   std::string path = pathOf(dek_id, id);
-  if (access(path.c_str(), F_OK) == 0) return ok();
+  if (!replace && access(path.c_str(), F_OK) == 0) return ok();
   TRY(makeDir(dir_));
   TRY(makeDir(fmt::format("{}/{}", dir_, dek_id)));
   TRY(makeDir(fmt::format("{}/{}/{}", dir_, dek_id, id.substr(0, 2))));
-  auto stored = writeFileAtomic(path, record, 0600, /*replace=*/false);
+  auto stored = writeFileAtomic(path, record, 0600, replace);
   if (!stored && stored.error().sys_errno == EEXIST) return ok();  // stored meanwhile by another export
   return stored;
 }

@@ -19,8 +19,9 @@ class ChunkStore {
 
   // The stored record, or nullopt when there is none.
   Result<std::optional<std::string>> get(const std::string& dek_id, const std::string& id) const;
-  // Stores a record durably (fsync + rename); a record already stored is kept.
-  Status put(const std::string& dek_id, const std::string& id, std::string_view record) const;
+  // Stores a record durably (fsync + rename); a record already stored is kept unless replace is set
+  // (a stored record that no longer opens).
+  Status put(const std::string& dek_id, const std::string& id, std::string_view record, bool replace = false) const;
 
  private:
   std::string pathOf(const std::string& dek_id, const std::string& id) const;

@@ -64,6 +64,10 @@ std::string encodeLead(const Lead& lead) {
   return out;
 }
 
+std::string manifestAssociatedData(std::string_view lead, std::string_view header) {
+  return std::string(lead.substr(0, 16)) + std::string(header);
+}
+
 Result<Lead> parseLead(std::string_view b) {
   if (b.size() != kLeadBytes || b.substr(0, 8) != kArchiveMagic)
     return malformed("lead", "not a SPACE archive (bad magic)");

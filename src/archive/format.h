@@ -31,6 +31,9 @@ struct Lead {
   uint32_t header_len = 0, key_block_len = 0;
 };
 std::string encodeLead(const Lead& lead);
+// What the manifest's tag authenticates besides the manifest: the lead's magic, version and header
+// length, and the header. Not the key block's length: rotation changes it and nothing else.
+std::string manifestAssociatedData(std::string_view lead, std::string_view header);
 Result<Lead> parseLead(std::string_view bytes);  // exactly kLeadBytes
 
 struct Trailer {

@@ -127,9 +127,10 @@ Result<std::unique_ptr<Kek>> kekFromSpec(const std::string& spec) {
   if (kind == "file") return kekFromFile(rest);
   if (kind == "env") return kekFromEnv(rest);
   if (kind == "command") {
-    auto id_end = rest.find(':');
+    // Key ids may hold ':' (KMS ARNs do), never '=': the id ends at the first '='.
+    auto id_end = rest.find('=');
     if (id_end == std::string::npos)
-      return makeError(ErrorKind::kInvalidArgument, "command key spec needs command:<key-id>:<program>");
+      return makeError(ErrorKind::kInvalidArgument, "command key spec needs command:<key-id>=<program> [args]");
     std::vector<std::string> argv;
     std::string words = rest.substr(id_end + 1);
     for (size_t pos = 0; pos < words.size();) {

@@ -37,7 +37,7 @@ Result<std::unique_ptr<Kek>> kekFromCommand(std::vector<std::string> argv, std::
 // A KEK from its 32 key bytes (tests, and keys already fetched by other means).
 Result<std::unique_ptr<Kek>> kekFromBytes(std::string key);
 
-// "file:<path>", "env:<VAR>" or "command:<key-id>:<program> [args...]" (args split on spaces) — the
+// "file:<path>", "env:<VAR>" or "command:<key-id>=<program> [args...]" (args split on spaces) — the
 // form a configuration file or a CLI flag carries.
 Result<std::unique_ptr<Kek>> kekFromSpec(const std::string& spec);
 

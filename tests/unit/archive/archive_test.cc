@@ -6,6 +6,7 @@
 
 #include "archive/format.h"
 #include "archive_test_util.h"
+#include "common/hex.h"
 
 namespace space::archive {
 namespace {
@@ -178,6 +179,11 @@ TEST_F(Archive, ADamagedStoredChunkIsSealedAgainNotCopied) {
   ASSERT_TRUE(again) << again.error().message;
   EXPECT_EQ(again->chunks_sealed, 1u);
   ASSERT_TRUE(importSnapshot(tmp / "two.spacearc", tmp / "restored", *kek));
+  // The damaged record was replaced: the next export reuses the store again.
+  auto third = exportSnapshot(dir, tmp / "three.spacearc", key, options);
+  ASSERT_TRUE(third) << third.error().message;
+  EXPECT_EQ(third->chunks_sealed, 0u);
+  EXPECT_EQ(third->chunks_from_store, 1u);
 }
 
 TEST_F(Archive, WrongKeyImportsNothing) {
@@ -276,6 +282,45 @@ TEST_F(Archive, RotationRewrapsTheKeyAndLeavesTheDataAsItIs) {
   // Rotation needs the old key.
   auto third = testKek('t');
   EXPECT_FALSE(rewrapArchive(tmp / "a.spacearc", *kek, *third));
+}
+
+TEST_F(Archive, ImportsUnderACommandOrEnvironmentKek) {
+  // A KEK from the environment, and a KMS-like command (a shell script wrapping with openssl).
+  std::string hex_key = "00112233445566778899aabbccddeeff00112233445566778899aabbccddeeff";
+  setenv("SPACE_TEST_ARCHIVE_KEK", hex_key.c_str(), 1);
+  auto env_kek = kekFromSpec("env:SPACE_TEST_ARCHIVE_KEK");
+  ASSERT_TRUE(env_kek) << env_kek.error().message;
+  auto env_key = newDataKey("acme", **env_kek);
+  ASSERT_TRUE(env_key);
+  std::string snap = smallSnapshot();
+  ASSERT_TRUE(exportSnapshot(snap, tmp / "env.spacearc", *env_key));
+  unsetenv("SPACE_TEST_ARCHIVE_KEK");
+  auto from_file = kekFromBytes(*fromHex(hex_key));  // the same key brought another way opens it
+  ASSERT_TRUE(importSnapshot(tmp / "env.spacearc", tmp / "restored-env", **from_file));
+  expectSameTree(snap, tmp / "restored-env");
+
+  if (std::system("command -v openssl >/dev/null 2>&1") != 0) GTEST_SKIP() << "openssl command not installed";
+  writeFile(tmp / "kms.secret", "kms-secret", 0600);
+  writeFile(tmp / "kms.sh",
+            "#!/bin/sh\nset -eu\ncase \"$1\" in\n"
+            "wrap) exec openssl enc -aes-256-cbc -pbkdf2 -salt -pass file:\"$(dirname \"$0\")/kms.secret\" ;;\n"
+            "unwrap) exec openssl enc -d -aes-256-cbc -pbkdf2 -pass file:\"$(dirname \"$0\")/kms.secret\" ;;\n"
+            "esac\n",
+            0700);
+  auto cmd_kek = kekFromSpec("command:kms:acme=" + tmp / "kms.sh");
+  ASSERT_TRUE(cmd_kek) << cmd_kek.error().message;
+  EXPECT_EQ((*cmd_kek)->id(), "kms:acme");
+  auto cmd_key = newDataKey("acme", **cmd_kek);
+  ASSERT_TRUE(cmd_key) << cmd_key.error().message;
+  ASSERT_TRUE(exportSnapshot(snap, tmp / "kms.spacearc", *cmd_key));
+  auto imported = importSnapshot(tmp / "kms.spacearc", tmp / "restored-kms", **cmd_kek);
+  ASSERT_TRUE(imported) << imported.error().message;
+  expectSameTree(snap, tmp / "restored-kms");
+  // Rotation from the command KEK to a local one, without the data being touched.
+  ASSERT_TRUE(rewrapArchive(tmp / "kms.spacearc", **cmd_kek, *kek));
+  auto rotated = importSnapshot(tmp / "kms.spacearc", tmp / "restored-rotated", *kek);
+  EXPECT_TRUE(rotated) << rotated.error().message;
+  expectImportsNothing(tmp / "kms.spacearc", **cmd_kek, "command KEK after rotation away from it");
 }
 
 TEST_F(Archive, EmptyDirectoryAndEmptyFilesRoundTrip) {
