@@ -15,9 +15,13 @@
 #include "agent/server/server.h"
 #include "agent/server/spawn.h"
 #include "agent/server/users.h"
+#include "sys/pipe.h"
 
 namespace space::agent {
 namespace {
+
+using sys::makePipe;
+using sys::Pipe;
 
 bool hasNul(const std::string& s) { return s.find('\0') != std::string::npos; }
 
@@ -45,16 +49,6 @@ Result<std::map<std::string, std::string>> parseEnv(const json& msg) {
     env[k] = v.get<std::string>();
   }
   return env;
-}
-
-struct Pipe {
-  UniqueFd read, write;
-};
-
-Result<Pipe> makePipe() {
-  int fds[2];
-  if (pipe2(fds, O_CLOEXEC) < 0) return sysError(errno, "pipe2");
-  return Pipe{UniqueFd(fds[0]), UniqueFd(fds[1])};
 }
 
 Status setNonBlocking(int fd) {
