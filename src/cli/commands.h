@@ -69,6 +69,8 @@ int cmdSecretRm(Context& ctx, const std::vector<std::string>& names);
 int cmdPauseResume(Context& ctx, const std::vector<std::string>& ids, bool pause);
 int cmdSnapshot(Context& ctx, const std::string& id, const std::string& name);
 int cmdHistory(Context& ctx, const std::string& id);
+int cmdSnapshotExport(Context& ctx, const std::string& snap, const std::string& out);
+int cmdSnapshotImport(Context& ctx, const std::string& file, const std::string& id);
 int cmdSnapshotRm(Context& ctx, const std::vector<std::string>& snaps);
 int cmdRollback(Context& ctx, const std::string& id, const std::string& snap);
 int cmdFork(Context& ctx, const std::string& id, int count, const std::string& snap);

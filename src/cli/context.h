@@ -40,6 +40,9 @@ Result<std::pair<std::string, std::string>> parseKeyValue(std::string_view what,
 // Exit code of a finished process as a shell reports it: code, 128+signal, 124 on timeout.
 int exitCodeOf(const nlohmann::json& exit_event);
 
+// GET target into the local file `local` (temporary name, fsync, rename); 0 or fail()'s code.
+int downloadToFile(Context& ctx, const std::string& target, const std::string& local);
+
 void printTable(const std::vector<std::string>& header, const std::vector<std::vector<std::string>>& rows);
 
 }  // namespace space::cli

@@ -54,11 +54,17 @@ int download(Context& ctx, const std::string& id, const std::string& remote, std
     if (local.back() != '/') local += '/';
     local += baseName(remote);
   }
+  std::string target = fmt::format("/v1/sandboxes/{}/files?path={}", http::percentEncode(id), http::percentEncode(remote));
+  return downloadToFile(ctx, target, local);
+}
+
+}  // namespace
+
+int downloadToFile(Context& ctx, const std::string& target, const std::string& local) {
   // Written under a temporary name and renamed, so a failed transfer never leaves a truncated file.
   std::string tmp = local + ".space-partial";
   UniqueFd fd(::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
   if (!fd) return fail(&ctx, sysError(errno, "create {}", tmp).value());
-  std::string target = fmt::format("/v1/sandboxes/{}/files?path={}", http::percentEncode(id), http::percentEncode(remote));
   auto resp = ctx.client.stream("GET", target, std::nullopt, [&](std::string_view d) -> Status {
     while (!d.empty()) {
       ssize_t n = ::write(fd.get(), d.data(), d.size());
@@ -69,6 +75,7 @@ int download(Context& ctx, const std::string& id, const std::string& remote, std
     return ok();
   });
   Status st_ok = resp ? checkResponse(*resp) : Status(tl::unexpected(resp.error()));
+  if (st_ok && ::fsync(fd.get()) != 0) st_ok = sysError(errno, "fsync {}", tmp);
   if (!st_ok) {
     ::unlink(tmp.c_str());
     return fail(&ctx, st_ok.error());
@@ -80,8 +87,6 @@ int download(Context& ctx, const std::string& id, const std::string& remote, std
   }
   return 0;
 }
-
-}  // namespace
 
 int cmdCp(Context& ctx, const std::string& src, const std::string& dst) {
   auto [src_id, src_path] = splitRemote(src);

@@ -81,6 +81,13 @@ int main(int argc, char** argv) {
   c_snapshot->add_option("--name", snap_name, "a name to roll back to (unique per sandbox)");
   auto* c_snapshot_rm = c_snapshot->add_subcommand("rm", "delete snapshots");
   c_snapshot_rm->add_option("SNAPSHOT", snap_ids)->required();
+  std::string archive_out, archive_in;
+  auto* c_snapshot_export = c_snapshot->add_subcommand("export", "write a snapshot as an encrypted archive");
+  c_snapshot_export->add_option("SNAPSHOT", snap_ref)->required();
+  c_snapshot_export->add_option("-o,--output", archive_out, "archive file to write")->required();
+  auto* c_snapshot_import = c_snapshot->add_subcommand("import", "an archive becomes a snapshot of a sandbox; prints its id");
+  c_snapshot_import->add_option("FILE", archive_in)->required();
+  c_snapshot_import->add_option("--sandbox", id, "the sandbox it belongs to (roll back or fork from it then)")->required();
   auto* c_history = app.add_subcommand("history", "list a sandbox's snapshots, oldest first, with their disk use");
   c_history->add_option("ID", id)->required();
   auto* c_rollback = app.add_subcommand("rollback", "restore a sandbox in place to a snapshot (id or name)");
@@ -232,6 +239,8 @@ int main(int argc, char** argv) {
   if (c_tpl_rm->parsed()) return cmdTemplateRm(ctx, name);
   if (c_tpl_warm->parsed()) return cmdTemplateWarm(ctx, name);
   if (c_snapshot_rm->parsed()) return cmdSnapshotRm(ctx, snap_ids);
+  if (c_snapshot_export->parsed()) return cmdSnapshotExport(ctx, snap_ref, archive_out);
+  if (c_snapshot_import->parsed()) return cmdSnapshotImport(ctx, archive_in, id);
   if (c_snapshot->parsed()) {
     if (id.empty()) return fail(&ctx, Error{ErrorKind::kInvalidArgument, 0, "space snapshot ID [--name N] | space snapshot rm SNAPSHOT..."});
     return cmdSnapshot(ctx, id, snap_name);

@@ -1,5 +1,10 @@
 // space snapshot | history | rollback | fork (docs/snapshots.md).
+#include <fcntl.h>
 #include <fmt/format.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "common/unique_fd.h"
 
 #include "cli/commands.h"
 #include "cli/context.h"
@@ -59,6 +64,32 @@ int cmdRollback(Context& ctx, const std::string& id, const std::string& snap) {
   auto j = callJson(ctx, "POST", sandboxPath(id) + "/rollback", body);
   if (!j) return fail(&ctx, j.error());
   fmt::print("{}\n", ctx.json ? j->dump() : id);
+  return 0;
+}
+
+int cmdSnapshotExport(Context& ctx, const std::string& snap, const std::string& out) {
+  return downloadToFile(ctx, "/v1/snapshots/" + http::percentEncode(snap) + "/archive", out);
+}
+
+// Prints only the new snapshot's id.
+int cmdSnapshotImport(Context& ctx, const std::string& file, const std::string& id) {
+  UniqueFd fd(::open(file.c_str(), O_RDONLY | O_CLOEXEC));
+  if (!fd) return fail(&ctx, sysError(errno, "open {}", file).value());
+  struct stat st {};
+  if (::fstat(fd.get(), &st) != 0 || !S_ISREG(st.st_mode))
+    return fail(&ctx, Error{ErrorKind::kInvalidArgument, 0, fmt::format("{} is not a regular file", file)});
+  auto resp = ctx.client.upload("POST", sandboxPath(id) + "/snapshots/import", static_cast<uint64_t>(st.st_size),
+                                [&](char* buf, size_t max) -> Result<size_t> {
+                                  ssize_t n;
+                                  do n = ::read(fd.get(), buf, max);
+                                  while (n < 0 && errno == EINTR);
+                                  if (n < 0) return sysError(errno, "read {}", file);
+                                  return static_cast<size_t>(n);
+                                });
+  if (!resp) return fail(&ctx, resp.error());
+  if (auto s = checkResponse(*resp); !s) return fail(&ctx, s.error());
+  auto j = nlohmann::json::parse(resp->body, nullptr, false);
+  fmt::print("{}\n", ctx.json ? j.dump() : j.value("id", ""));
   return 0;
 }
 

@@ -97,6 +97,10 @@ Result<DaemonConfig> DaemonConfig::fromJson(const json& j, DaemonConfig base) {
       TRY(readInt(v, key, c.disk_volume_bytes, int64_t{1} << 30, int64_t{1} << 50));
     } else if (key == "max_sandboxes") {
       TRY(readInt(v, key, c.max_sandboxes, 0, 1000000));
+    } else if (key == "snapshot_kek") {
+      TRY(readString(v, key, c.snapshot_kek));
+    } else if (key == "snapshot_tenant") {
+      TRY(readString(v, key, c.snapshot_tenant));
     } else if (key == "vm_kernel") {
       TRY(readString(v, key, c.vm_kernel));
     } else if (key == "vm_initrd") {
@@ -177,6 +181,8 @@ nlohmann::json DaemonConfig::toJson() const {
           {"max_sandboxes", max_sandboxes},
           {"log_level", log_level},
           {"vm_kernel", vm_kernel},
+          {"snapshot_kek", snapshot_kek.empty() ? "" : snapshot_kek.substr(0, snapshot_kek.find(':')) + ":…"},
+          {"snapshot_tenant", snapshot_tenant},
           {"vm_initrd", vm_initrd},
           {"vm_allow_tcg", vm_allow_tcg},
           {"vm_pool_size", vm_pool_size},

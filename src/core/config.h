@@ -31,6 +31,10 @@ struct DaemonConfig {
   // The vm tier. Enabled when the guest artifacts exist (scripts/vm/build-guest) and QEMU runs; `auto`
   // isolation picks it only where /dev/kvm is usable.
   std::string vm_kernel = "/var/cache/space/vm/vmlinuz";
+  // The customer's key-encryption key for snapshot archives (archive/kek.h): "file:<path>", "env:<VAR>" or
+  // "command:<key-id>=<program> [args]". Empty: export and import are refused.
+  std::string snapshot_kek;
+  std::string snapshot_tenant = "default";
   std::string vm_initrd = "/var/cache/space/vm/initramfs.cpio";
   bool vm_allow_tcg = true;                // false: KVM or no vm tier (no software emulation)
   int vm_pool_size = 2;                    // pooled VMs per pooled template (restored and stopped)

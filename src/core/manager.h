@@ -108,6 +108,14 @@ class SandboxManager {
   virtual Status deleteSnapshot(const std::string& snapshot) { return unsupportedOp("snapshots"); }
   virtual Result<SandboxView> rollback(const std::string& id, const std::string& snapshot) { return unsupportedOp("rollback"); }
   virtual Result<ForkResult> fork(const ForkSandbox& cmd) { return unsupportedOp("fork"); }
+  // Export: the snapshot as an encrypted archive (docs/snapshot-archive.md) in a file of the daemon's that
+  // the caller streams out and removes. Import: an archive file becomes a new snapshot of sandbox `id`.
+  virtual Result<std::string> exportSnapshot(const std::string& snapshot) { return unsupportedOp("snapshot archives"); }
+  virtual Result<store::SnapshotRecord> importSnapshot(const std::string& id, const std::string& archive_path) {
+    return unsupportedOp("snapshot archives");
+  }
+  // A scratch path for an upload (removed by the caller).
+  virtual std::string scratchPath(const std::string& prefix) { return "/tmp/" + prefix; }
 
   // The live agent connection of a running sandbox: exec, background processes, PTY and files go
   // straight through it (kConflict when the sandbox is not running, kNotFound when unknown).

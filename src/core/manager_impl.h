@@ -59,6 +59,9 @@ class Manager final : public SandboxManager {
   Status deleteSnapshot(const std::string& snapshot) override;
   Result<SandboxView> rollback(const std::string& id, const std::string& snapshot) override;
   Result<ForkResult> fork(const ForkSandbox& cmd) override;
+  Result<std::string> exportSnapshot(const std::string& snapshot) override;
+  Result<store::SnapshotRecord> importSnapshot(const std::string& id, const std::string& archive_path) override;
+  std::string scratchPath(const std::string& prefix) override;
   Result<std::shared_ptr<agent::AgentClient>> agent(const std::string& id) override;
   Result<store::TemplateRecord> buildTemplate(const BuildTemplate& cmd, const ProgressFn& progress) override;
   Result<std::vector<store::TemplateRecord>> listTemplates() override;

@@ -1,12 +1,18 @@
 // Snapshots, rollback and fork of sandboxes (docs/snapshots.md). The runtime makes and restores the
 // files; the manager keeps the rows, names, the order of operations, and re-gives a restarted or forked
 // sandbox its identity.
+#include <sys/stat.h>
+
 #include <filesystem>
+#include <fstream>
 
 #include <spdlog/spdlog.h>
 
 #include "common/defer.h"
 #include "common/ids.h"
+#include "archive/archive.h"
+#include "archive/kek.h"
+#include "archive/key_store.h"
 #include "core/manager_impl.h"
 #include "core/retention.h"
 #include "runtime/jail/jail_runtime.h"
@@ -288,6 +294,72 @@ Result<ForkResult> Manager::fork(const ForkSandbox& cmd) {
     out.sandboxes.push_back(std::move(view));
   }
   return out;
+}
+
+std::string Manager::scratchPath(const std::string& prefix) {
+  std::string dir = config_.state_dir + "/scratch";
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  return dir + "/" + prefix + "-" + randomHex(8);
+}
+
+Result<std::string> Manager::exportSnapshot(const std::string& snapshot) {
+  if (config_.snapshot_kek.empty())
+    return makeError(ErrorKind::kUnsupported, "snapshot export needs the customer's key: set snapshot_kek in the "
+                     "daemon's config (file:, env: or command:, docs/snapshot-archive.md)");
+  ASSIGN_OR_RETURN(store::SnapshotRecord s, store_->getSnapshot(snapshot));
+  ASSIGN_OR_RETURN(auto kek, archive::kekFromSpec(config_.snapshot_kek));
+  archive::KeyStore keys(config_.state_dir + "/keys");
+  ASSIGN_OR_RETURN(archive::DataKey dek, keys.dataKey(config_.snapshot_tenant, *kek));
+  archive::ExportOptions options;
+  options.chunk_store_dir = config_.state_dir + "/chunks";
+  std::string out = scratchPath(s.id) + ".spacearchive";
+  ASSIGN_OR_RETURN(archive::ExportStats stats, archive::exportSnapshot(s.path, out, dek, options));
+  spdlog::info("export {}: {} files, {} chunks ({} new), {} bytes", s.id, stats.files, stats.unique_chunks,
+               stats.chunks_sealed, stats.archive_bytes);
+  return out;
+}
+
+Result<store::SnapshotRecord> Manager::importSnapshot(const std::string& id, const std::string& archive_path) {
+  if (config_.snapshot_kek.empty())
+    return makeError(ErrorKind::kUnsupported, "snapshot import needs the customer's key: set snapshot_kek in the "
+                     "daemon's config (file:, env: or command:, docs/snapshot-archive.md)");
+  std::lock_guard op(snapshot_mu_);
+  ASSIGN_OR_RETURN(store::SandboxRecord rec, store_->getSandbox(id));
+  if (rec.pooled) return makeError(ErrorKind::kNotFound, "sandbox {} not found", id);
+  auto* jail = dynamic_cast<jail::JailRuntime*>(jail_.get());
+  if (rec.runtime != "jail" || !jail)
+    return makeError(ErrorKind::kUnsupported, "snapshots of the {} runtime are not supported yet", rec.runtime);
+  ASSIGN_OR_RETURN(auto kek, archive::kekFromSpec(config_.snapshot_kek));
+  store::SnapshotRecord s;
+  s.id = "snap-" + randomHex(8);
+  s.path = jail->volume().snapshotsDir() + "/" + s.id;
+  archive::ImportOptions options;
+  options.chunk_store_dir = config_.state_dir + "/chunks";
+  auto imported = archive::importSnapshot(archive_path, s.path, *kek, options);
+  if (!imported) return tl::unexpected(imported.error().context("import snapshot"));
+  Defer drop([&] { (void)jail_->deleteSnapshot(refOf(s)); });
+  std::ifstream in(s.path + "/snapshot.json");
+  auto meta = nlohmann::json::parse(in, nullptr, false);
+  std::error_code ec;
+  if (!meta.is_object() || meta.value("runtime", "") != "jail" || meta.value("kind", "") != "filesystem" ||
+      !meta.contains("uid_base") || !std::filesystem::is_regular_file(s.path + "/disk.img", ec))
+    return makeError(ErrorKind::kInvalidArgument, "the archive does not hold a jail snapshot");
+  // The layer must fit the sandbox's disk quota exactly (it is the sandbox's filesystem after a rollback).
+  uint64_t disk = rec.spec.value("limits", nlohmann::json::object()).value("disk_bytes", uint64_t{0});
+  if (std::filesystem::file_size(s.path + "/disk.img", ec) != std::max<uint64_t>(disk, 4ull << 20))
+    return makeError(ErrorKind::kInvalidArgument, "the snapshot's disk is {} bytes, sandbox {} has {}",
+                     std::filesystem::file_size(s.path + "/disk.img", ec), id, disk);
+  s.sandbox_id = id;
+  s.runtime = "jail";
+  s.kind = "filesystem";
+  s.origin = "import";
+  s.created_ms = nowUnixMs();
+  struct stat st;
+  if (stat((s.path + "/disk.img").c_str(), &st) == 0) s.size_bytes = static_cast<uint64_t>(st.st_blocks) * 512;
+  TRY(store_->insertSnapshot(s));
+  drop.dismiss();
+  return s;
 }
 
 }  // namespace space::core

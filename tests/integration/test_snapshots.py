@@ -336,3 +336,44 @@ def test_rolling_history_takes_automatic_snapshots(client, make_sandbox):
     for bad in ({"every_s": 5}, {"every_s": 600, "keep": []}, {"every": 600}, "hourly"):
         status, _, body = client.raw("POST", "/v1/sandboxes", {"template": "busybox", "history": bad})
         assert status == 400, (bad, body)
+
+
+def test_export_import_roundtrip_is_encrypted_and_verified(own_daemon, tmp_path):
+    """BYOK: the daemon's snapshot_kek is a key file; an archive imports into another sandbox (other uid
+    range) and rolls back there; a flipped bit, a truncated file or another key imports nothing."""
+    key = tmp_path / "kek"
+    key.write_bytes(os.urandom(32))
+    key.chmod(0o600)
+    d = own_daemon({"pool_size": 0, "vm_pool_size": 0, "default_template": "busybox", "snapshot_kek": f"file:{key}"})
+    c = d.client
+    a = c.create(template="busybox")["id"]
+    c.sh(a, "echo secret-plans > /etc/plans; dd if=/dev/urandom of=/etc/blob bs=1M count=2 2>/dev/null; "
+            "md5sum /etc/blob > /etc/sum")
+    s = snap(c, a, name="exportme")
+    archive = tmp_path / "a.spacearchive"
+    r = spacelib.run_cli(d.sock, "snapshot", "export", s["id"], "-o", str(archive))
+    assert r.returncode == 0, r.stderr
+    data = archive.read_bytes()
+    assert b"secret-plans" not in data  # encrypted (and compressed)
+    b = c.create(template="busybox")["id"]
+    before = {x["id"] for x in history(c, b)}
+    r = spacelib.run_cli(d.sock, "snapshot", "import", str(archive), "--sandbox", b)
+    assert r.returncode == 0, r.stderr
+    imported = r.stdout.decode().strip()
+    assert SNAP_RE.match(imported) and imported != s["id"]
+    rollback(c, b, imported)
+    assert c.download(b, "/etc/plans") == b"secret-plans\n"
+    assert c.sh(b, "md5sum -c /etc/sum >/dev/null && echo ok && stat -c %u /etc/plans").out.split() == ["ok", "0"]
+    for bad in (data[:-100], data[:len(data) // 2] + bytes([data[len(data) // 2] ^ 1]) + data[len(data) // 2 + 1:]):
+        (tmp_path / "bad").write_bytes(bad)
+        r = spacelib.run_cli(d.sock, "snapshot", "import", str(tmp_path / "bad"), "--sandbox", b)
+        assert r.returncode != 0 and r.stderr, r
+    assert {x["id"] for x in history(c, b)} == before | {imported}
+    c.delete(a)
+    c.delete(b)
+
+
+def test_export_without_a_customer_key_is_refused(client, sandbox):
+    s = snap(client, sandbox)
+    status, _, body = client.raw("GET", f"/v1/snapshots/{s['id']}/archive")
+    assert status == 501 and b"snapshot_kek" in body, (status, body)

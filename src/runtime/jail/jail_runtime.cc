@@ -205,6 +205,8 @@ Status JailRuntime::launch(const SandboxSpec& spec, PersistedInstance& persisted
   const std::string image = persisted.state["image"].get<std::string>();
   if (relaunch) {
     TRY(mountLayerDisk(spec.dir, image));
+    // A snapshot of another sandbox (imported): its files move to this sandbox's uid range.
+    if (base_uid) TRY(shiftLayerOwners(spec.dir, base_uid, spec.uid_base, spec.uid_count));
   } else {
     struct stat st;
     if (lstat(spec.dir.c_str(), &st) == 0)
@@ -422,7 +424,13 @@ Result<Instance> JailRuntime::rollback(Instance& inst, const runtime::SnapshotRe
   spec.uid_base = state.value("uid_base", 0u);
   spec.uid_count = state.value("uid_count", 65536u);
   spec.limits.nofile = state.value("nofile", 4096u);
-  TRY(launch(spec, persisted, "", 0, /*relaunch=*/true));
+  uint32_t snap_uid = 0;
+  {
+    std::ifstream in(ref.path + "/snapshot.json");
+    auto meta = nlohmann::json::parse(in, nullptr, false);
+    if (meta.is_object()) snap_uid = meta.value("uid_base", 0u);
+  }
+  TRY(launch(spec, persisted, "", snap_uid, /*relaunch=*/true));
   ASSIGN_OR_RETURN(auto agent, connectAgent(persisted).map_error([&](Error e) { return e.context("rollback " + inst.id); }));
   return Instance{inst.id, persisted.state["pid"].get<int>(), std::move(agent), std::move(persisted)};
 }
