@@ -454,7 +454,7 @@ class Daemon:
         self.config.setdefault("egress", False)
         # A checkout's own guest (scripts/vm/build-guest --cache-dir DIR) instead of the host's default one
         # in /var/cache/space/vm, which other checkouts on this machine may rebuild with their agent.
-        guest = os.environ.get("SPACE_VM_GUEST_DIR")
+        guest = os.environ.get("SPACE_VM_DIR")
         if guest:
             self.config.setdefault("vm_kernel", str(Path(guest) / "vmlinuz"))
             self.config.setdefault("vm_initrd", str(Path(guest) / "initramfs.cpio"))

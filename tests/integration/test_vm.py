@@ -82,16 +82,16 @@ def test_sandbox_reports_its_tier_and_capabilities(client, make_vm):
 
 def test_v1_guest_sees_only_virtio_devices_and_its_own_processes(client, daemon, make_vm):
     sid = make_vm()
-    # virtio device ids: 2 = block, 3 = console. Nothing else (no 9p share, no network yet, no balloon).
+    # virtio device ids: 1 = network, 2 = block, 3 = console. Nothing else (no 9p share, no balloon).
     ids = client.sh(sid, "cat /sys/bus/virtio/devices/*/device").out.split()
-    assert sorted(set(ids)) == ["0x0002", "0x0003"], ids
+    assert sorted(ids) == ["0x0001", "0x0002", "0x0003"], ids
     assert client.sh(sid, "cat /proc/1/cmdline | tr '\\0' ' '").out.strip() == "/sbin/space-agent --vm-init"
     pids = [p for p in client.sh(sid, "ls /proc").out.split() if p.isdigit()]
     assert len(pids) < 100, f"{len(pids)} processes visible: host pids leak in?"
     # The host's files are not there: no host hostname, no SPACE state dir.
     assert client.sh(sid, f"test -e {daemon.state} || echo absent").out.strip() == "absent"
     assert client.sh(sid, "hostname").out.strip() == sid
-    assert client.sh(sid, "ls /sys/class/net").out.split() == ["lo"]
+    assert client.sh(sid, "ls /sys/class/net").out.split() == ["eth0", "lo"]
 
 
 def test_v2_the_vmm_is_confined(client, make_vm):
