@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 import spacelib
-from spacefixtures import vm_unavailable_reason
+from spacefixtures import PYTHON_ROOTFS, vm_unavailable_reason
 from test_egress import NET, UPSTREAM, _run, _skip, sh, upstream, upstream_log  # noqa: F401  (fixture)
 
 # busybox: a 403 from the gateway is a non-zero exit. Not wget -T: Debian's busybox 1.35 crashes with it.
@@ -238,26 +238,36 @@ def test_v7_vm_dns_nxdomain_and_direct_udp_leave_nothing(vm_net, upstream):
         d.client.delete(sid)
 
 
-def test_v7_vm_secret_is_injected_and_never_seen_inside(vm_net, upstream):
+@pytest.fixture(scope="module")
+def python_vm_template(vm_net):
+    """The python template (curl, python3, a CA bundle) as VM artifacts: an ext4 image of the tree and one
+    warm-up boot under emulation."""
+    if not (PYTHON_ROOTFS / "usr" / "bin" / "curl").exists():
+        _skip(f"no python rootfs with curl at {PYTHON_ROOTFS}")
+    if not any(t.get("name") == "python" for t in vm_net.client.templates()):
+        vm_net.client.build_template("python", str(PYTHON_ROOTFS))
+    vm_net.client.call("POST", "/v1/templates/python/warm", {}, timeout=600)
+    return "python"
+
+
+def test_v7_vm_secret_is_injected_and_never_seen_inside(vm_net, upstream, python_vm_template):
+    """curl in the guest verifies the gateway's certificate against the sandbox CA that spaced put into the
+    guest's trust store, sends the placeholder, and the upstream gets the real value."""
     d = vm_net
     value = "sk-vm-" + os.urandom(16).hex()
     d.client.call("POST", "/v1/secrets", {"name": "VM_TOKEN", "value": value, "hosts": ["secret.test"],
                                           "header": "Authorization", "format": "Bearer {}"})
-    sid = create_vm(d, secrets=["VM_TOKEN"],
+    sid = create_vm(d, template=python_vm_template, secrets=["VM_TOKEN"],
                     network={"mode": "allow-list", "rules": [{"action": "allow", "domain": "secret.test"}]})
     try:
         placeholder = sh(d, sid, "echo $VM_TOKEN").out.strip()
         assert placeholder.startswith("space_ph_") and value not in placeholder, placeholder
-        # busybox's TLS client does not verify certificates (no trust store use): the interception
-        # itself, and that the real value never reaches the guest, are what this checks. Transparent
-        # (-Y off): busybox wget sends https URLs to a proxy as absolute-form GETs, which the gateway
-        # refuses (400); without the proxy the connection is redirected to the gateway by nftables.
-        r = sh(d, sid, f'{WGET} -Y off --no-check-certificate --header "Authorization: Bearer $VM_TOKEN" '
-                       "https://secret.test/echo")
-        assert r.exit_code == 0, (r.out, r.err)
-        assert value not in r.out and placeholder in r.out, r.out
-        seen = [e for e in upstream_log(upstream) if e["kind"] == "http" and e["path"] == "/echo"]
-        assert seen and seen[-1]["headers"].get("Authorization") == f"Bearer {value}", seen
+        for how in ("", "--noproxy '*' "):  # through the explicit proxy (CONNECT), and transparent
+            r = sh(d, sid, f'curl -sS --max-time 20 {how}https://secret.test/echo -H "Authorization: Bearer $VM_TOKEN"')
+            assert r.exit_code == 0, (how, r.out, r.err)
+            assert value not in r.out and placeholder in r.out, r.out
+            seen = [e for e in upstream_log(upstream) if e["kind"] == "http" and e["path"] == "/echo"]
+            assert seen and seen[-1]["headers"].get("Authorization") == f"Bearer {value}", seen
         r = sh(d, sid, f"grep -rl {value} /etc /root /tmp /usr/local 2>/dev/null; env | grep -c {value}; true")
         assert value not in r.out and r.out.strip().endswith("0"), r.out
     finally:
