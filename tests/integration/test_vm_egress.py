@@ -52,6 +52,14 @@ def vm_net(upstream):
     finally:
         if d.alive():
             problems = stop_and_check(d, baseline, 1)
+        # Nothing of this daemon's may be left but the pooled VM (a VMM mid-prepare at the kill -9 of spaced
+        # is cleaned by reconcile, found by its directory).
+        pool_left = d.sandbox_dir_ids() - d.client.created
+        stray = [p for p in spacelib.all_pids() if str(d.state).encode() + b"/" in
+                 spacelib.read(f"/proc/{p}/cmdline").encode() and not any(i in spacelib.read(f"/proc/{p}/cmdline")
+                                                                         for i in pool_left)]
+        if stray:
+            problems.append(f"processes of this daemon's state dir left behind: {stray}")
         d.force_cleanup()  # the pooled VM's QEMU and the state dir
         if d in _current_daemons:
             _current_daemons.remove(d)

@@ -134,6 +134,17 @@ std::string macFor(const net::SandboxSubnet& subnet) {
   return fmt::format("02:53:50:{:02x}:{:02x}:{:02x}", (i >> 16) & 0xff, (i >> 8) & 0xff, i & 0xff);
 }
 
+// The QEMU whose command line names this VM directory's QMP socket (0: none).
+pid_t findQemuOf(const std::string& dir) {
+  for (const auto& e : fs::directory_iterator("/proc", std::filesystem::directory_options::skip_permission_denied)) {
+    const std::string name = e.path().filename().string();
+    if (name.empty() || name.find_first_not_of("0123456789") != std::string::npos) continue;
+    pid_t pid = static_cast<pid_t>(std::stol(name));
+    if (isQemuOf(pid, dir)) return pid;
+  }
+  return 0;
+}
+
 }  // namespace
 
 uint64_t hostTscKhz() {
@@ -771,8 +782,11 @@ Status VmRuntime::destroy(const runtime::PersistedInstance& inst) {
   }
   std::string dir = inst.state.value("dir", "");
   pid_t pid = inst.state.value("pid", 0);
+  // A VM whose prepare was cut short (spaced died in it) has only its directory persisted: its QEMU, if
+  // it got that far, is found by the QMP socket its command line names, and its cgroup by the id.
+  if (pid <= 0 && !dir.empty()) pid = findQemuOf(dir);
   if (isQemuOf(pid, dir)) killQemu(pid);
-  std::string cgroup = inst.state.value("cgroup", "");
+  std::string cgroup = inst.state.value("cgroup", config_.confine && !inst.state.contains("pid") ? inst.id : "");
   if (cgroups_ && !cgroup.empty()) TRY(cgroups_->remove(cgroup));
   if (!dir.empty()) {
     std::error_code ec;
