@@ -75,9 +75,8 @@ Status Manager::checkEgressRequest(const CreateSandbox& cmd, const std::string& 
   if (!egress_)
     return makeError(ErrorKind::kUnsupported, "egress is off on this node (see the daemon's log): sandboxes have no "
                      "network, so network policies and secrets cannot apply");
-  if (isolation != "jail")
-    return makeError(ErrorKind::kUnsupported, "network policies and secrets need the jail tier for now (the vm tier "
-                     "has no network yet)");
+  if (isolation == "vm" && !(vm_ && vm_->networked()))
+    return makeError(ErrorKind::kUnsupported, "the vm tier of this node has no network (egress came up without it)");
   return ok();
 }
 

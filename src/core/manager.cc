@@ -2,12 +2,14 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <random>
 
 #include <spdlog/spdlog.h>
 
 #include "common/hex.h"
 #include "common/ids.h"
+#include "runtime/jail/network.h"
 
 namespace space::core {
 namespace {
@@ -160,7 +162,18 @@ Result<Manager::Started> Manager::startSandbox(const store::TemplateRecord& tpl,
   }
   rec.persisted = inst->persisted.state;
   if (egress_ && rec.persisted.contains("net")) {
-    if (auto st = attachEgress(rec, *inst); !st) {
+    // The CA goes into the trust store through the agent: a VM fresh from prepare is restored first
+    // (no code of the request runs before its identity either way), a pooled one runs again meanwhile.
+    auto attached = [&]() -> Status {
+      bool parked = inst->persisted.state.value("parked", false);
+      if (!inst->agent) TRY(rt.activate(*inst));
+      if (parked) TRY(rt.resume(*inst));
+      TRY(attachEgress(rec, *inst));
+      if (parked) TRY(rt.pause(*inst));
+      rec.persisted = inst->persisted.state;
+      return ok();
+    }();
+    if (auto st = attached; !st) {
       (void)rt.destroy(inst->persisted);
       (void)store_->deleteSandbox(rec.id);
       return tl::unexpected(st.error().context("start sandbox " + rec.id + ": egress"));
@@ -193,6 +206,22 @@ Status Manager::handOver(Started& started, const std::map<std::string, std::stri
     identity.rng_seed_hex = toHex(seed, sizeof seed);
     identity.machine_id = toHex(machine, sizeof machine);
     identity.clock_unix_ms = nowUnixMs();
+    // Its network too: the guest's side of the tap that spaced made at prepare (a jail's link is made
+    // by the host), and the explicit proxy in every process's environment (a jail's is in its init's).
+    if (auto subnet = jail::persistedSubnet(started.record.persisted); subnet && egress_) {
+      const auto features = started.instance.agent->agentInfo().value("features", nlohmann::json::array());
+      if (std::find(features.begin(), features.end(), "net_config") == features.end())
+        return makeError(ErrorKind::kUnsupported, "the guest's agent cannot configure a network: its guest was built "
+                         "before the vm tier had one (rebuild it with scripts/vm/build-guest)");
+      identity.network.address = subnet->sandboxText();
+      identity.network.prefix = net::SandboxSubnet::kPrefix;
+      identity.network.gateway = subnet->hostText();
+      identity.network.nameserver = subnet->hostText();
+      identity.network.mac = started.record.persisted["net"].value("mac", "");
+      jail::NetworkConfig net_config;
+      net_config.explicit_proxy_port = egress_->ports().explicit_proxy_port;
+      for (auto& [k, v] : jail::proxyEnv(*subnet, net_config)) identity.env.emplace(k, v);
+    }
     TRY(started.instance.agent->setIdentity(identity));
     // Activation changed what the runtime persists (the VM is restored now).
     started.record.persisted = started.instance.persisted.state;

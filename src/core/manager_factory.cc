@@ -84,6 +84,7 @@ Result<std::unique_ptr<SandboxManager>> makeSandboxManager(const DaemonConfig& c
     vm_config.initrd = config.vm_initrd;
     vm_config.allow_tcg = config.vm_allow_tcg;
     vm_config.cgroup_parent = config.cgroup_parent;
+    if (egress) vm_config.network_pool = egress->pool;
     auto made = vm::VmRuntime::create(vm_config);
     if (made) {
       vm = std::move(*made);

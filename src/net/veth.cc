@@ -35,16 +35,15 @@ Status deleteHostLink(const std::string& host_name) {
   return host.deleteLink(host_name);
 }
 
-Status createSandboxTap(const std::string& tap_name, const SandboxSubnet& subnet) {
+Result<UniqueFd> createSandboxTap(const std::string& tap_name, const SandboxSubnet& subnet) {
   if (!tap_name.starts_with(kHostLinkPrefix))
     return makeError(ErrorKind::kInvalidArgument, "tap '{}' must start with '{}'", tap_name, kHostLinkPrefix);
   ASSIGN_OR_RETURN(auto host, sys::Rtnl::open());
-  TRY(host.addTap(tap_name));
-  Defer undo([&] { (void)host.deleteLink(tap_name); });
+  // Closing the descriptor on any failure below removes the tap again.
+  ASSIGN_OR_RETURN(UniqueFd tap, host.addTap(tap_name));
   TRY(host.addAddressV4(tap_name, subnet.hostAddress(), SandboxSubnet::kPrefix));
   TRY(host.setUp(tap_name));
-  undo.dismiss();
-  return ok();
+  return tap;
 }
 
 }  // namespace space::net

@@ -7,6 +7,7 @@
 #include <string>
 
 #include "common/result.h"
+#include "common/unique_fd.h"
 #include "net/address_pool.h"
 
 namespace space::net {
@@ -35,8 +36,11 @@ class SandboxLink {
 // Deletes a host link by name (reconciling leftovers). kNotFound when it does not exist.
 Status deleteHostLink(const std::string& host_name);
 
-// TODO(vm tier): a tap device for a microVM with the same addressing; the nftables rules already match
-// taps named with kHostLinkPrefix. Creates the tap, puts .1 on it and brings it up; QEMU opens it by name.
-Status createSandboxTap(const std::string& tap_name, const SandboxSubnet& subnet);
+// A microVM's link: a tap ("spc" + index) with the same addressing (.1 on the host end) and the same
+// nftables rules (they match the prefix). The guest configures .2 itself (its agent, at hand-over).
+// Returns the tap's descriptor, for the VMM (QEMU `-netdev tap,fd=`): spaced makes it as root and the
+// unprivileged, network-less VMM inherits it. The tap is not persistent: it exists while a descriptor
+// of it is open, so it goes away with its VMM however that ends (deleteHostLink removes it earlier).
+Result<UniqueFd> createSandboxTap(const std::string& tap_name, const SandboxSubnet& subnet);
 
 }  // namespace space::net

@@ -124,16 +124,18 @@ Status Rtnl::addVeth(const std::string& host_name, const std::string& peer_name,
   return request(m.buf, m.hdr()->nlmsg_len, fmt::format("create veth {} <-> {}", host_name, peer_name).c_str());
 }
 
-Status Rtnl::addTap(const std::string& name) {
-  // Taps are made with TUNSETIFF on /dev/net/tun, then made persistent so the fd can be closed.
+Result<UniqueFd> Rtnl::addTap(const std::string& name) {
+  if (name.size() >= IFNAMSIZ) return makeError(ErrorKind::kInvalidArgument, "interface names are at most {} bytes", IFNAMSIZ - 1);
   UniqueFd tun(::open("/dev/net/tun", O_RDWR | O_CLOEXEC));
   if (!tun) return sysError(errno, "open /dev/net/tun");
   ifreq ifr{};
+  // IFF_VNET_HDR: QEMU's virtio-net passes offload metadata through the tap.
   ifr.ifr_flags = IFF_TAP | IFF_NO_PI | IFF_VNET_HDR;
   std::strncpy(ifr.ifr_name, name.c_str(), IFNAMSIZ - 1);
+  // TUNSETIFF attaches to an existing device of that name instead of failing: refuse that.
+  if (linkIndex(name)) return makeError(ErrorKind::kConflict, "link {} exists already", name);
   if (ioctl(tun.get(), TUNSETIFF, &ifr) != 0) return sysError(errno, "TUNSETIFF {}", name);
-  if (ioctl(tun.get(), TUNSETPERSIST, 1) != 0) return sysError(errno, "TUNSETPERSIST {}", name);
-  return ok();
+  return tun;
 }
 
 Status Rtnl::deleteLink(const std::string& name) {
@@ -178,6 +180,16 @@ Status Rtnl::setUp(const std::string& name) {
   ifi.ifi_change = IFF_UP;
   m.put(ifi);
   return request(m.buf, m.hdr()->nlmsg_len, fmt::format("set {} up", name).c_str());
+}
+
+Status Rtnl::setMac(const std::string& name, const unsigned char mac[6]) {
+  ASSIGN_OR_RETURN(int index, linkIndex(name));
+  Msg m(RTM_NEWLINK, 0);
+  ifinfomsg ifi{};
+  ifi.ifi_index = index;
+  m.put(ifi);
+  m.attr(IFLA_ADDRESS, mac, 6);
+  return request(m.buf, m.hdr()->nlmsg_len, fmt::format("set address of {}", name).c_str());
 }
 
 Status Rtnl::addAddressV4(const std::string& name, uint32_t address, int prefix) {

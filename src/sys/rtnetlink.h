@@ -18,11 +18,14 @@ class Rtnl {
 
   // A veth pair: host_name here, peer_name created directly inside peer_netns_fd.
   Status addVeth(const std::string& host_name, const std::string& peer_name, int peer_netns_fd);
-  // A tap device owned by nobody in particular (the VMM opens it by name).
-  Status addTap(const std::string& name);
+  // A tap device and a descriptor of it. Not persistent: the device goes away when the last descriptor
+  // is closed (for a VM's tap: when its VMM exits, however it exits).
+  Result<UniqueFd> addTap(const std::string& name);
   Status deleteLink(const std::string& name);
   Result<int> linkIndex(const std::string& name);
   Status setUp(const std::string& name);
+  // The link's hardware address (6 bytes), e.g. a restored VM's NIC, which keeps its template's otherwise.
+  Status setMac(const std::string& name, const unsigned char mac[6]);
   Status addAddressV4(const std::string& name, uint32_t address, int prefix);  // host order
   Status addDefaultRouteV4(uint32_t gateway);
 

@@ -452,6 +452,12 @@ class Daemon:
         # The egress gateway owns host-wide things (one nftables table, its ports, the sandbox address
         # pool), so only the tests that are about it turn it on, one daemon at a time (test_egress.py).
         self.config.setdefault("egress", False)
+        # A checkout's own guest (scripts/vm/build-guest --cache-dir DIR) instead of the host's default one
+        # in /var/cache/space/vm, which other checkouts on this machine may rebuild with their agent.
+        guest = os.environ.get("SPACE_VM_DIR")
+        if guest:
+            self.config.setdefault("vm_kernel", str(Path(guest) / "vmlinuz"))
+            self.config.setdefault("vm_initrd", str(Path(guest) / "initramfs.cpio"))
         self.extra_args = list(extra_args)
         self.proc: subprocess.Popen | None = None
         self.log_path = self.state / "spaced.log"

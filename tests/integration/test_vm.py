@@ -82,16 +82,16 @@ def test_sandbox_reports_its_tier_and_capabilities(client, make_vm):
 
 def test_v1_guest_sees_only_virtio_devices_and_its_own_processes(client, daemon, make_vm):
     sid = make_vm()
-    # virtio device ids: 2 = block, 3 = console. Nothing else (no 9p share, no network yet, no balloon).
+    # virtio device ids: 1 = network, 2 = block, 3 = console. Nothing else (no 9p share, no balloon).
     ids = client.sh(sid, "cat /sys/bus/virtio/devices/*/device").out.split()
-    assert sorted(set(ids)) == ["0x0002", "0x0003"], ids
+    assert sorted(ids) == ["0x0001", "0x0002", "0x0003"], ids
     assert client.sh(sid, "cat /proc/1/cmdline | tr '\\0' ' '").out.strip() == "/sbin/space-agent --vm-init"
     pids = [p for p in client.sh(sid, "ls /proc").out.split() if p.isdigit()]
     assert len(pids) < 100, f"{len(pids)} processes visible: host pids leak in?"
     # The host's files are not there: no host hostname, no SPACE state dir.
     assert client.sh(sid, f"test -e {daemon.state} || echo absent").out.strip() == "absent"
     assert client.sh(sid, "hostname").out.strip() == sid
-    assert client.sh(sid, "ls /sys/class/net").out.split() == ["lo"]
+    assert client.sh(sid, "ls /sys/class/net").out.split() == ["eth0", "lo"]
 
 
 def test_v2_the_vmm_is_confined(client, make_vm):
@@ -153,13 +153,20 @@ def test_v4_restored_vms_have_their_own_identity(client, make_vm):
     assert abs(guest - time.time()) < 30, (guest, time.time())
 
 
-def test_v5_the_guest_reaches_only_its_agent_port_and_disk(client, make_vm):
+def test_v5_the_guest_reaches_only_its_agent_port_disk_and_one_nic(client, make_vm):
     sid = make_vm()
     ports = client.sh(sid, "for p in /sys/class/virtio-ports/*; do cat $p/name; done").out.split()
     assert ports == ["space.agent"], ports
-    # No monitor, no QMP, no network device, no host sockets.
-    assert client.sh(sid, "ls /sys/class/net").out.split() == ["lo"]
+    # No monitor, no QMP, no host sockets; one disk and exactly one NIC. This daemon runs without egress:
+    # the NIC hangs off an empty hub in QEMU (no tap, no address). With egress it is the sandbox's tap into
+    # the gateway (test_vm_egress.py checks that side).
+    assert client.sh(sid, "ls /sys/class/net").out.split() == ["eth0", "lo"]
+    assert client.sh(sid, "ls /sys/bus/virtio/drivers/virtio_net | grep -c virtio").out.strip() == "1"
+    assert "inet " not in client.sh(sid, "ip -4 addr show eth0").out
     assert client.sh(sid, "ls /dev/vd* /dev/hvc* 2>/dev/null | sort").out.split() == ["/dev/vda"]
+    qemu = qemu_pid(sid)
+    tuns = [f for f in os.listdir(f"/proc/{qemu}/fdinfo") if "iff:" in spacelib.read(f"/proc/{qemu}/fdinfo/{f}")]
+    assert not tuns, "a VM of a node without egress holds a tap"
 
 
 def test_v6_memory_and_disk_exhaustion_stay_inside_the_vm(client, daemon, make_vm):

@@ -144,6 +144,9 @@ class AgentClientImpl : public AgentClient {
     json req = {{"op", "set_identity"}, {"hostname", id.hostname}, {"env", id.env}, {"rng_seed_hex", id.rng_seed_hex}};
     if (id.clock_unix_ms != 0) req["clock_unix_ms"] = id.clock_unix_ms;
     if (!id.machine_id.empty()) req["machine_id"] = id.machine_id;
+    if (!id.network.address.empty())
+      req["net"] = {{"address", id.network.address}, {"prefix", id.network.prefix}, {"gateway", id.network.gateway},
+                    {"nameserver", id.network.nameserver}, {"mac", id.network.mac}};
     TRY(request(req));
     return ok();
   }

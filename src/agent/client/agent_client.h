@@ -109,6 +109,13 @@ struct Identity {
   std::string rng_seed_hex;  // mixed into the guest RNG; empty = none
   int64_t clock_unix_ms = 0; // 0 = leave the clock
   std::string machine_id;    // 32 lowercase hex digits for /etc/machine-id; empty = leave it
+  // A VM's network, configured by its agent (a jail's is made by the host): its NIC (the only one) gets
+  // `mac` and `address`/`prefix`, the default route goes via `gateway`, lo comes up, and /etc/resolv.conf
+  // names `nameserver`. Empty address = no network.
+  struct Network {
+    std::string address, gateway, nameserver, mac;
+    int prefix = 30;
+  } network;
 };
 
 class AgentClient;

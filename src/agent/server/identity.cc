@@ -1,5 +1,7 @@
 // set_identity: what makes a restored or forked sandbox distinct from its template (hostname, extra
 // environment, fresh RNG state, the current time).
+#include <arpa/inet.h>
+#include <dirent.h>
 #include <fcntl.h>
 #include <linux/random.h>
 #include <sys/ioctl.h>
@@ -11,6 +13,7 @@
 
 #include "agent/protocol/message.h"
 #include "agent/server/server.h"
+#include "sys/rtnetlink.h"
 
 namespace space::agent {
 namespace {
@@ -77,6 +80,71 @@ Status writeMachineId(const std::string& id) {
   return ok();
 }
 
+Result<uint32_t> parseIpv4(const json& net, const char* key) {
+  std::string text = protocol::optString(net, key);
+  in_addr a{};
+  if (inet_pton(AF_INET, text.c_str(), &a) != 1)
+    return makeError(ErrorKind::kInvalidArgument, "net.{} '{}' is not an IPv4 address", key, text.substr(0, 64));
+  return ntohl(a.s_addr);
+}
+
+// The one NIC of a VM: the only interface besides lo (its kernel names it eth0, but nothing relies on it).
+Result<std::string> onlyNic() {
+  std::string found;
+  int count = 0;
+  if (DIR* d = opendir("/sys/class/net")) {
+    while (dirent* e = readdir(d)) {
+      std::string name = e->d_name;
+      if (name == "." || name == ".." || name == "lo") continue;
+      found = name;
+      ++count;
+    }
+    closedir(d);
+  }
+  if (count != 1) return makeError(ErrorKind::kConflict, "expected exactly one network interface besides lo, found {}", count);
+  return found;
+}
+
+// A VM's side of its sandbox link (the jail's is made by the host, SandboxLink::create): lo up, the NIC's
+// own address, .2/30 on it, up, default route via .1, and the gateway as the resolver.
+Status configureNetwork(const json& net) {
+  if (!net.is_object()) return makeError(ErrorKind::kInvalidArgument, "net must be an object");
+  ASSIGN_OR_RETURN(uint32_t address, parseIpv4(net, "address"));
+  ASSIGN_OR_RETURN(uint32_t gateway, parseIpv4(net, "gateway"));
+  int prefix = static_cast<int>(protocol::optInt(net, "prefix", 30));
+  if (prefix < 8 || prefix > 30) return makeError(ErrorKind::kInvalidArgument, "net.prefix must be 8..30");
+  std::string mac_text = protocol::optString(net, "mac");
+  unsigned char mac[6];
+  bool have_mac = !mac_text.empty();
+  if (have_mac && std::sscanf(mac_text.c_str(), "%hhx:%hhx:%hhx:%hhx:%hhx:%hhx", &mac[0], &mac[1], &mac[2], &mac[3],
+                              &mac[4], &mac[5]) != 6)
+    return makeError(ErrorKind::kInvalidArgument, "net.mac '{}' is not a MAC address", mac_text.substr(0, 32));
+  std::string nameserver = protocol::optString(net, "nameserver");
+  in_addr ns{};
+  if (!nameserver.empty() && inet_pton(AF_INET, nameserver.c_str(), &ns) != 1)
+    return makeError(ErrorKind::kInvalidArgument, "net.nameserver is not an IPv4 address");
+  ASSIGN_OR_RETURN(std::string nic, onlyNic());
+  ASSIGN_OR_RETURN(auto rtnl, sys::Rtnl::open());
+  TRY(rtnl.setUp("lo"));
+  // A VM restored from a template starts with the template's address on its NIC; it is set while the
+  // link is still down.
+  if (have_mac) TRY(rtnl.setMac(nic, mac));
+  TRY(rtnl.addAddressV4(nic, address, prefix));
+  TRY(rtnl.setUp(nic));
+  TRY(rtnl.addDefaultRouteV4(gateway));
+  if (!nameserver.empty()) {
+    const char* tmp = "/etc/.resolv.conf.space";
+    UniqueFd fd(open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0644));
+    if (!fd) return sysError(errno, "write /etc/resolv.conf");
+    std::string text = "nameserver " + nameserver + "\n";
+    if (write(fd.get(), text.data(), text.size()) != static_cast<ssize_t>(text.size())) return sysError(errno, "write /etc/resolv.conf");
+    fd.reset();
+    unlink("/etc/resolv.conf");  // a symlink into /run (systemd-resolved) is replaced, not followed
+    if (rename(tmp, "/etc/resolv.conf") < 0) return sysError(errno, "rename /etc/resolv.conf");
+  }
+  return ok();
+}
+
 }  // namespace
 
 void Server::opSetIdentity(uint32_t ch, const json& msg) {
@@ -101,6 +169,11 @@ void Server::opSetIdentity(uint32_t ch, const json& msg) {
       return endChannelError(ch, Error{ErrorKind::kInvalidArgument, 0, "hostname longer than 64 bytes"});
     if (sethostname(hostname.data(), hostname.size()) < 0)
       return endChannelError(ch, sysError(errno, "sethostname {}", hostname).value());
+  }
+  // The network before anything else: a sandbox whose link is not what the host registered with the
+  // gateway would look networked and reach nothing.
+  if (auto it = msg.find("net"); it != msg.end() && !it->is_null()) {
+    if (auto st = configureNetwork(*it); !st) return endChannelError(ch, st.error().context("configure the network"));
   }
   for (auto& [k, v] : env) env_[k] = v;
   bool reseeded = false;

@@ -133,7 +133,19 @@ Result<QemuProcess> launchConfinedQemu(const QemuSpec& spec, const VmmJail& jail
   UniqueFd go_read(go_pipe[0]), go_write(go_pipe[1]);
   if (pipe2(report_pipe, O_CLOEXEC) < 0) return sysError(errno, "pipe");
   UniqueFd report_read(report_pipe[0]), report_write(report_pipe[1]);
-  int memory_fd = jail.memory_fd;
+  // The inherited descriptors are first moved above the numbers they get in the VMM, so that placing
+  // one never overwrites the other.
+  UniqueFd memory_high, tap_high;
+  if (jail.memory_fd >= 0) {
+    memory_high = UniqueFd(fcntl(jail.memory_fd, F_DUPFD_CLOEXEC, 16));
+    if (!memory_high) return sysError(errno, "dup memory descriptor");
+  }
+  if (jail.tap_fd >= 0) {
+    tap_high = UniqueFd(fcntl(jail.tap_fd, F_DUPFD_CLOEXEC, 16));
+    if (!tap_high) return sysError(errno, "dup tap descriptor");
+  }
+  int memory_fd = memory_high ? memory_high.get() : -1;
+  int tap_fd = tap_high ? tap_high.get() : -1;
   uid_t uid = jail.uid;
   gid_t gid = jail.gid;
 
@@ -196,14 +208,14 @@ Result<QemuProcess> launchConfinedQemu(const QemuSpec& spec, const VmmJail& jail
     sys::resetSignalsForExec();
     step = -4;
     if (dup2(devnull.get(), 0) < 0 || dup2(log.get(), 1) < 0 || dup2(log.get(), 2) < 0) fail(rfd, step);
-    if (memory_fd >= 0) {
-      // dup2 onto itself would keep close-on-exec.
-      if (memory_fd == kMemoryFd ? fcntl(kMemoryFd, F_SETFD, 0) < 0 : dup2(memory_fd, kMemoryFd) < 0) fail(rfd, step);
-    }
+    // Both sources are >= 16, so dup2 never targets its own source (which would keep close-on-exec).
+    if (memory_fd >= 0 && dup2(memory_fd, kMemoryFd) < 0) fail(rfd, step);
+    if (tap_fd >= 0 && dup2(tap_fd, kTapFd) < 0) fail(rfd, step);
     // The report pipe stays open (close-on-exec) so that exec success shows as EOF on its other end.
-    int keep_from = memory_fd >= 0 ? kMemoryFd + 1 : kMemoryFd;
-    for (int fd = keep_from; fd < 1024; ++fd)
-      if (fd != rfd) (void)fcntl(fd, F_SETFD, FD_CLOEXEC);
+    for (int fd = kMemoryFd; fd < 1024; ++fd) {
+      if (fd == rfd || (fd == kMemoryFd && memory_fd >= 0) || (fd == kTapFd && tap_fd >= 0)) continue;
+      (void)fcntl(fd, F_SETFD, FD_CLOEXEC);
+    }
     if (syscall(SYS_close_range, 1024, ~0U, CLOSE_RANGE_CLOEXEC) < 0) fail(rfd, step);
     char* const envp[] = {nullptr};
     execve(qemu_path.c_str(), cargv.data(), envp);

@@ -27,6 +27,7 @@ struct VmmJail {
   std::vector<std::string> writable;   // host paths visible read-write (the VM's directory)
   std::vector<std::string> devices;    // device nodes bound in (/dev/null, /dev/urandom, /dev/kvm)
   int memory_fd = -1;                  // inherited as kMemoryFd: the guest RAM's backing file
+  int tap_fd = -1;                     // inherited as kTapFd: the sandbox's host tap (QemuSpec::tap_fd)
   // Runs in spaced after the VMM exists and before it may exec (adds it to its cgroup).
   std::function<Status(pid_t)> before_exec;
 };
@@ -34,6 +35,9 @@ struct VmmJail {
 // Where the VMM finds an inherited memory descriptor: memory-backend-file mem-path=/proc/self/fd/3.
 inline constexpr int kMemoryFd = 3;
 inline constexpr const char* kMemoryFdPath = "/proc/self/fd/3";
+// Where the VMM finds the sandbox's tap: -netdev tap,fd=4. QEMU stays in its own empty network namespace;
+// the descriptor, opened by spaced in the host's, is its only way to a network.
+inline constexpr int kTapFd = 4;
 
 // The arguments QEMU's own seccomp filter gets in a confined VMM: no obsolete syscalls, no setuid,
 // no fork/exec, no scheduler or affinity changes.

@@ -66,6 +66,12 @@ std::vector<std::string> buildQemuArgv(const QemuSpec& spec) {
                            (d.read_only ? ",read-only=on" : ""),
                        "-device", "virtio-blk-device,drive=" + id});
   }
+  // The NIC after the disks: its virtio-mmio slot must be the one the template's device state names.
+  std::string netdev = spec.tap_fd >= 0 ? fmt::format("tap,id={},fd={}", kNetdevId, spec.tap_fd)
+                                        : fmt::format("hubport,id={},hubid=0", kNetdevId);
+  std::string nic = fmt::format("virtio-net-device,netdev={}", kNetdevId);
+  if (!spec.mac.empty()) nic += ",mac=" + spec.mac;
+  a.insert(a.end(), {"-netdev", netdev, "-device", nic});
   a.insert(a.end(), {"-qmp", "unix:" + paths.qmp + ",server=on,wait=off"});
   if (spec.incoming_defer) a.insert(a.end(), {"-incoming", "defer"});
   return a;

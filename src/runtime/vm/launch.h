@@ -39,6 +39,12 @@ struct QemuSpec {
   bool memory_file_shared = false;
   bool incoming_defer = false;  // start stopped, waiting for QMP migrate-incoming
   uint32_t tcg_tb_cache_mib = 0;  // TCG translation cache size; 0 = QEMU's default
+  // The guest's one NIC (virtio-net), part of every VM and so of every template snapshot. tap_fd >= 0: a
+  // descriptor of the sandbox's host tap (`spc<N>`, see net/veth.h) that QEMU inherits at that number;
+  // -1: the NIC hangs off an empty hub (template warm-up, VMs of a node without egress): nothing
+  // reaches it and nothing it sends goes anywhere.
+  int tap_fd = -1;
+  std::string mac;  // "52:54:00:…"; empty = QEMU's default
   // The serial console into a file: only for boots SPACE runs itself (template warm-up, cold boot
   // before any user code), where the log explains a failure. Otherwise a bounded ring buffer.
   std::string console_file;
@@ -54,6 +60,13 @@ struct VmPaths {
 // `console`, read with QMP ringbuf-read): a guest that floods its console cannot fill the host's disk.
 inline constexpr const char* kConsoleChardev = "console";
 inline constexpr uint32_t kConsoleRingBytes = 64 * 1024;
+
+// The virtio devices of every SPACE VM, in the order QEMU places them on microvm's virtio-mmio slots. A
+// template's device state is only valid for this set: it is part of the key of a template's artifacts,
+// so a change here makes every template's VM artifacts again.
+inline constexpr const char* kDeviceModel = "serial+blk+net1";
+// The id QEMU gives the NIC's backend (netdev).
+inline constexpr const char* kNetdevId = "net0";
 
 // The guest kernel command line SPACE uses, before spec.extra_cmdline.
 std::string guestCmdline(const QemuSpec& spec);

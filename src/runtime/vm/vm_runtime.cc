@@ -18,6 +18,9 @@
 
 #include <spdlog/spdlog.h>
 
+#include "common/defer.h"
+#include "net/veth.h"
+#include "runtime/jail/network.h"
 #include "runtime/vm/confine.h"
 #include "runtime/vm/template_snapshot.h"
 #include "runtime/vm/unix_socket.h"
@@ -79,7 +82,8 @@ Status fsyncPath(const std::string& path, int flags = O_RDONLY) {
 
 // Identifies the guest build: a template snapshot is only valid for the kernel and initramfs that made it.
 std::string guestKey(const std::string& kernel, const std::string& initrd, const std::string& cmdline, Accel accel) {
-  std::string id = cmdline + (accel == Accel::kKvm ? "|kvm" : "|tcg");
+  // The device model is part of the key: a snapshot holds the state of exactly these devices.
+  std::string id = cmdline + (accel == Accel::kKvm ? "|kvm" : "|tcg") + "|" + kDeviceModel;
   for (const auto& p : {kernel, initrd}) {
     struct stat st {};
     stat(p.c_str(), &st);
@@ -122,6 +126,23 @@ Status writeKernelStub(const std::string& kernel, const std::string& out) {
   if (!o) return makeError(ErrorKind::kInternal, "write {}", out);
   if (rename((out + ".tmp").c_str(), out.c_str()) < 0) return sysError(errno, "rename {}", out);
   return ok();
+}
+
+// The NIC's address: locally administered, unicast, unique per /30 (its index's low 24 bits).
+std::string macFor(const net::SandboxSubnet& subnet) {
+  uint32_t i = subnet.network >> 2;
+  return fmt::format("02:53:50:{:02x}:{:02x}:{:02x}", (i >> 16) & 0xff, (i >> 8) & 0xff, i & 0xff);
+}
+
+// The QEMU whose command line names this VM directory's QMP socket (0: none).
+pid_t findQemuOf(const std::string& dir) {
+  for (const auto& e : fs::directory_iterator("/proc", std::filesystem::directory_options::skip_permission_denied)) {
+    const std::string name = e.path().filename().string();
+    if (name.empty() || name.find_first_not_of("0123456789") != std::string::npos) continue;
+    pid_t pid = static_cast<pid_t>(std::stol(name));
+    if (isQemuOf(pid, dir)) return pid;
+  }
+  return 0;
 }
 
 }  // namespace
@@ -274,7 +295,8 @@ QemuSpec VmRuntime::qemuSpecFor(const runtime::SandboxSpec& spec, const std::str
 
 Result<QemuProcess> VmRuntime::spawn(const QemuSpec& qemu, const std::string& cgroup_id, uid_t uid,
                                      const std::vector<std::string>& read_only, int memory_fd, uint64_t memory_mib,
-                                     const std::vector<std::string>& writable) {
+                                     const std::vector<std::string>& writable, int tap_fd) {
+  // Unconfined (tests of the launch path only): no tap; the NIC stays on its empty hub.
   if (!config_.confine) return launchQemu(qemu);
   runtime::Limits limits;
   limits.memory_bytes = (memory_mib + config_.vmm_overhead_mib) * kMiB;
@@ -294,8 +316,13 @@ Result<QemuProcess> VmRuntime::spawn(const QemuSpec& qemu, const std::string& cg
   jail.devices = {"/dev/null", "/dev/urandom"};
   if (accel_ == Accel::kKvm) jail.devices.push_back("/dev/kvm");
   jail.memory_fd = memory_fd;
+  QemuSpec with_tap = qemu;
+  if (tap_fd >= 0) {
+    jail.tap_fd = tap_fd;
+    with_tap.tap_fd = kTapFd;
+  }
   jail.before_exec = [&](pid_t pid) { return cgroups_->addProcess(cgroup_id, pid); };
-  auto proc = launchConfinedQemu(qemu, jail);
+  auto proc = launchConfinedQemu(with_tap, jail);
   if (!proc) (void)cgroups_->remove(cgroup_id);
   return proc;
 }
@@ -608,7 +635,22 @@ Result<runtime::Instance> VmRuntime::prepare(const runtime::SandboxSpec& spec) {
     qemu.disks.push_back({overlay, "qcow2", false});
     read_only = {tpl.disk, tpl.base_image};
   }
-  ASSIGN_OR_RETURN(QemuProcess proc, spawn(qemu, spec.id, uid, read_only, memory_fd, qemu.memory_mib));
+  // The sandbox's network: a /30 and a host tap, recorded before the tap exists so that every later
+  // failure (and destroy) can take both back.
+  json net_state;
+  UniqueFd tap;
+  Defer undo_net([&] {
+    if (config_.network_pool && !net_state.is_null()) (void)jail::detachNetwork(*config_.network_pool, {{"net", net_state}});
+  });
+  if (config_.network_pool && config_.confine) {
+    ASSIGN_OR_RETURN(net::SandboxSubnet subnet, config_.network_pool->allocate());
+    std::string link = jail::linkNameFor(subnet);
+    net_state = {{"subnet", subnet.cidr()}, {"network", subnet.network}, {"link", link}, {"mac", macFor(subnet)}};
+    ASSIGN_OR_RETURN(tap, net::createSandboxTap(link, subnet));
+    qemu.mac = macFor(subnet);
+  }
+  ASSIGN_OR_RETURN(QemuProcess proc, spawn(qemu, spec.id, uid, read_only, memory_fd, qemu.memory_mib, {}, tap.get()));
+  tap.reset();  // QEMU holds it now: the tap lives as long as QEMU
   std::string cgroup = config_.confine ? spec.id : "";
   auto qmp = QmpClient::connect(VmPaths::in(dir).qmp, Duration(30000));
   if (!qmp) {
@@ -621,9 +663,10 @@ Result<runtime::Instance> VmRuntime::prepare(const runtime::SandboxSpec& spec) {
     std::lock_guard lock(mu_);
     qmp_[spec.id] = std::move(*qmp);
   }
-  runtime::Instance inst =
-      instanceOf(spec.id, proc.pid, dir,
-                 {{"cgroup", cgroup}, {"template", tpl.dir}, {"template_stamp", tpl.stamp}, {"restored", false}});
+  json extra = {{"cgroup", cgroup}, {"template", tpl.dir}, {"template_stamp", tpl.stamp}, {"restored", false}};
+  if (!net_state.is_null()) extra["net"] = net_state;
+  undo_net.dismiss();  // from here on destroy() takes the network back with the rest
+  runtime::Instance inst = instanceOf(spec.id, proc.pid, dir, extra);
   if (spec.pooled && config_.pool_restored) {
     // Restore now, run the common paths once, and stop the guest until a create takes it.
     auto parked = [&]() -> Status {
@@ -739,14 +782,19 @@ Status VmRuntime::destroy(const runtime::PersistedInstance& inst) {
   }
   std::string dir = inst.state.value("dir", "");
   pid_t pid = inst.state.value("pid", 0);
+  // A VM whose prepare was cut short (spaced died in it) has only its directory persisted: its QEMU, if
+  // it got that far, is found by the QMP socket its command line names, and its cgroup by the id.
+  if (pid <= 0 && !dir.empty()) pid = findQemuOf(dir);
   if (isQemuOf(pid, dir)) killQemu(pid);
-  std::string cgroup = inst.state.value("cgroup", "");
+  std::string cgroup = inst.state.value("cgroup", config_.confine && !inst.state.contains("pid") ? inst.id : "");
   if (cgroups_ && !cgroup.empty()) TRY(cgroups_->remove(cgroup));
   if (!dir.empty()) {
     std::error_code ec;
     fs::remove_all(dir, ec);
     if (ec) return makeError(ErrorKind::kInternal, "remove {}: {}", dir, ec.message());
   }
+  // The subnet, and the tap if it is still there (it went away with QEMU's descriptor).
+  if (config_.network_pool) TRY(jail::detachNetwork(*config_.network_pool, inst.state));
   return ok();
 }
 
@@ -756,6 +804,10 @@ Result<runtime::Instance> VmRuntime::reattach(const runtime::PersistedInstance& 
   if (!isQemuOf(pid, dir)) return makeError(ErrorKind::kNotFound, "vm {}: its QEMU is gone", inst.id);
   runtime::Instance out = instanceOf(inst.id, pid, dir, inst.state);
   ASSIGN_OR_RETURN(QmpClient * qmp, qmpFor(inst));
+  if (auto subnet = jail::persistedSubnet(inst.state); subnet && config_.network_pool) {
+    if (auto st = config_.network_pool->reserve(*subnet); !st)
+      spdlog::warn("vm {}: subnet {}: {}", inst.id, subnet->cidr(), st.error().message);
+  }
   (void)qmp;
   // A VMM still waiting to restore (a pooled VM when spaced stopped) has no agent to reach yet.
   if (!inst.state.value("restored", true) || inst.state.value("parked", false)) return out;

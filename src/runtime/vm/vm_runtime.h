@@ -14,6 +14,7 @@
 #include <string>
 
 #include "common/unique_fd.h"
+#include "net/address_pool.h"
 #include "runtime/jail/cgroup.h"
 #include "runtime/runtime.h"
 #include "runtime/vm/launch.h"
@@ -44,6 +45,10 @@ struct VmConfig {
   // `cont` plus the identity); false = a VMM waiting at -incoming defer (a create is the whole restore).
   // Under TCG the first run of every guest path costs a translation, so the difference is large there.
   bool pool_restored = true;
+  // The sandbox network (docs/egress.md): each VM gets a /30 of this pool and a host tap into the egress
+  // gateway at prepare; its guest configures the sandbox end at hand-over. Null: the VM's NIC hangs off
+  // an empty hub (no network).
+  std::shared_ptr<net::AddressPool> network_pool;
 };
 
 // A template's VM artifacts for one machine shape, made once (VmRuntime::ensureTemplate) and never
@@ -91,6 +96,7 @@ class VmRuntime : public runtime::Runtime {
   Result<runtime::Usage> usage(const runtime::PersistedInstance& inst) override;
 
   Accel accel() const { return accel_; }
+  bool networked() const { return config_.network_pool != nullptr; }
   const VmConfig& config() const { return config_; }
   // The QemuSpec a VM of spec would get in dir (exposed for tests and the bench).
   QemuSpec qemuSpecFor(const runtime::SandboxSpec& spec, const std::string& dir) const;
@@ -109,7 +115,7 @@ class VmRuntime : public runtime::Runtime {
   // Spawns QEMU (confined unless disabled) in its cgroup; `cgroup_id` names the group.
   Result<QemuProcess> spawn(const QemuSpec& qemu, const std::string& cgroup_id, uid_t uid,
                             const std::vector<std::string>& read_only, int memory_fd, uint64_t memory_mib,
-                            const std::vector<std::string>& writable = {});
+                            const std::vector<std::string>& writable = {}, int tap_fd = -1);
   // The QMP connection of a live VM, connecting (after a restart) from the persisted state on demand.
   Result<QmpClient*> qmpFor(const runtime::PersistedInstance& inst);
   Result<std::shared_ptr<agent::AgentClient>> connectAgent(const std::string& dir,

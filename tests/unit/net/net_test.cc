@@ -104,3 +104,42 @@ TEST(NetNamespace, VethAndTableComeAndGoCleanly) {
   EXPECT_FALSE(*tableExists());
   EXPECT_TRUE(removeTable());  // idempotent
 }
+
+TEST(NetNamespace, VmTapLivesAsLongAsItsDescriptor) {
+  if (geteuid() != 0) GTEST_SKIP() << "needs root for network namespaces and taps";
+  if (access("/dev/net/tun", R_OK | W_OK) != 0) GTEST_SKIP() << "no /dev/net/tun here";
+  // Everything happens in a thread of its own network namespace: nothing touches the host's links.
+  std::string failure;
+  bool skipped = false;
+  std::thread t([&] {
+    if (unshare(CLONE_NEWNET) != 0) {
+      skipped = true;
+      return;
+    }
+    auto check = [&](bool cond, const std::string& what) {
+      if (!cond && failure.empty()) failure = what;
+    };
+    auto pool = AddressPool::parse("10.254.1.0/24");
+    auto subnet = *pool->allocate();
+    auto bad = createSandboxTap("tapx", subnet);
+    check(!bad, "a tap without the spc prefix was made");
+    {
+      auto tap = createSandboxTap("spctap0", subnet);
+      if (!tap) {
+        failure = tap.error().message;
+        return;
+      }
+      check(hostLinkExists("spctap0"), "tap missing while its descriptor is open");
+      // The host end carries .1: adding it again is refused as existing.
+      auto rtnl = sys::Rtnl::open();
+      auto again = rtnl->addAddressV4("spctap0", subnet.hostAddress(), SandboxSubnet::kPrefix);
+      check(!again && again.error().sys_errno == EEXIST, "the tap does not carry the host address");
+      // A second tap of the same name is refused instead of attaching to the first.
+      check(!createSandboxTap("spctap0", subnet), "a second tap attached to an existing name");
+    }
+    check(!hostLinkExists("spctap0"), "tap outlived its last descriptor");
+  });
+  t.join();
+  if (skipped) GTEST_SKIP() << "cannot create a network namespace here";
+  EXPECT_TRUE(failure.empty()) << failure;
+}

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "common/unique_fd.h"
+#include "sys/rtnetlink.h"
 
 namespace space::vm {
 namespace {
@@ -169,6 +170,9 @@ Result<agent::ServeOptions> vmInit(int argc, char** argv) {
   if (std::string device = rootDeviceFromCmdline(); !device.empty())
     TRY(switchRoot(device).map_error([](Error e) { return e.context("vm init: switch root"); }));
   sethostname("space", 5);
+  // Loopback works in every VM (part of the template); the NIC is configured at hand-over, when the
+  // host has given the sandbox its subnet (set_identity).
+  if (auto rtnl = sys::Rtnl::open()) (void)rtnl->setUp("lo");
   mkdir("/root", 0700);
   mkdir("/tmp", 01777);
   ASSIGN_OR_RETURN(UniqueFd port, openAgentPort().map_error([](Error e) { return e.context("vm init"); }));

@@ -137,6 +137,23 @@ TEST(QemuArgv, RestoredVmHasNoInitrdABoundedConsoleAndASizedTranslationCache) {
   EXPECT_EQ(a[indexOf(a, "-chardev") + 1], "file,id=console,path=/vm/console.log");
 }
 
+TEST(QemuArgv, OneNicAfterTheDisksOnAHubOrTheSandboxTap) {
+  QemuSpec s;
+  s.kernel = "/k";
+  s.dir = "/vm";
+  s.disks = {{"/d.qcow2", "qcow2", false}};
+  auto a = buildQemuArgv(s);
+  // Without a tap (template warm-up, no egress) the NIC exists but hangs off an empty hub.
+  EXPECT_EQ(a[indexOf(a, "-netdev") + 1], "hubport,id=net0,hubid=0");
+  EXPECT_EQ(std::count(a.begin(), a.end(), "-netdev"), 1);
+  EXPECT_GT(indexOf(a, "virtio-net-device,netdev=net0"), indexOf(a, "virtio-blk-device,drive=disk0"));
+  s.tap_fd = 4;
+  s.mac = "52:54:00:0a:c8:00";
+  a = buildQemuArgv(s);
+  EXPECT_EQ(a[indexOf(a, "-netdev") + 1], "tap,id=net0,fd=4");
+  EXPECT_TRUE(has(a, "virtio-net-device,netdev=net0,mac=52:54:00:0a:c8:00"));
+}
+
 TEST(VmmRoot, PlanBindsRealPathsWithEveryParentAndTheDevices) {
   char tmpl[] = "/tmp/space-vmmroot-XXXXXX";
   ASSERT_NE(mkdtemp(tmpl), nullptr);
