@@ -14,6 +14,8 @@
 #define _GNU_SOURCE
 #include <arpa/inet.h>
 #include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <signal.h>
@@ -142,7 +144,20 @@ static int open_conn(struct lconn* c) {
   c->fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
   if (c->fd < 0) die("socket");
   setsockopt(c->fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-  if (connect(c->fd, (struct sockaddr*)&target, sizeof target) != 0) {
+  /* Connect with a deadline: a dropped SYN would otherwise block for minutes. */
+  int flags = fcntl(c->fd, F_GETFL);
+  fcntl(c->fd, F_SETFL, flags | O_NONBLOCK);
+  int rc = connect(c->fd, (struct sockaddr*)&target, sizeof target);
+  if (rc != 0 && errno == EINPROGRESS) {
+    struct pollfd p = {.fd = c->fd, .events = POLLOUT};
+    int err = 0;
+    socklen_t len = sizeof err;
+    if (poll(&p, 1, 5000) == 1 && getsockopt(c->fd, SOL_SOCKET, SO_ERROR, &err, &len) == 0 && err == 0) rc = 0;
+    else errno = err ? err : ETIMEDOUT;
+  }
+  fcntl(c->fd, F_SETFL, flags);
+  if (rc != 0) {
+    fprintf(stderr, "httpload: connect: %s\n", strerror(errno));
     close(c->fd);
     c->fd = -1;
     errors++;
@@ -214,9 +229,15 @@ static int load(const char* ip, int port, const char* path, const char* host, in
   for (int i = 0; i < conns && (!count || issued < count); i++)
     if (send_request(&cs[i], now()) == 0) issued++;
   struct epoll_event evs[64];
+  double progress = start;
   while (count ? done < count : now() < deadline) {
     int n = epoll_wait(ep, evs, 64, 1000);
     if (n == 0 && count && issued == done) break;
+    if (n == 0 && now() - progress > 10) { /* an answer that never comes: say so instead of hanging */
+      fprintf(stderr, "httpload: no answer for 10 s (%ld of %ld done)\n", done, count);
+      errors++;
+      break;
+    }
     for (int i = 0; i < n; i++) {
       struct lconn* c = evs[i].data.ptr;
       ssize_t r = read(c->fd, c->buf + c->len, CBUF - c->len);
@@ -226,7 +247,12 @@ static int load(const char* ip, int port, const char* path, const char* host, in
         st = answer_complete(c, &close_after);
         if (st == 0) continue;
       }
-      if (r <= 0 || st < 0) { /* closed or broken while a request was outstanding: resend it */
+      if (st < 0) { /* not an answer this client understands (e.g. chunked): stop, do not loop */
+        fprintf(stderr, "httpload: unexpected answer: %.200s\n", c->buf);
+        errors++;
+        goto out;
+      }
+      if (r <= 0) { /* closed while a request was outstanding: resend it */
         if (r < 0 && errno == EAGAIN) continue;
         close_conn(c);
         reconnects++;
@@ -234,6 +260,7 @@ static int load(const char* ip, int port, const char* path, const char* host, in
         continue;
       }
       double t = now();
+      progress = t;
       if (lat && done < count) lat[done] = (t - c->t0) * 1000.0;
       done++;
       c->sent = 0;
@@ -247,6 +274,7 @@ static int load(const char* ip, int port, const char* path, const char* host, in
       }
     }
   }
+out:;
   double elapsed = now() - start;
   printf("{\"requests\": %ld, \"seconds\": %.4f, \"rps\": %.1f, \"reconnects\": %ld, \"errors\": %ld", done,
          elapsed, done / elapsed, reconnects, errors);
