@@ -202,6 +202,10 @@ TEST(NetNamespace, GatewayPortsTakeOnlyRedirectedSandboxTraffic) {
     udpSend(-1, loopback, ports.dns);
     EXPECT_EQ(drain(dns.get(), false), table ? 0 : 2) << "datagrams to the DNS port";
   };
+  // A fresh veth takes a moment to carry traffic: wait for it (no table yet), so that the probes below
+  // measure the rules and not the link coming up.
+  for (int i = 0; i < 25 && !tcpConnects(outside_ns.get(), other_host, ports.transparent); ++i) {
+  }
   probe(false);
 
   ASSERT_TRUE(installTable(ports));
