@@ -292,19 +292,18 @@ awaitable<void> relayHttp(Conn& c, C& client, U& upstream, std::string cbuf, Rel
       down += take;
     }
     co_await writeAll(client, response_head, c);
-    co_await pumpBody(upstream, ubuf, rest, c,
-                      [&](std::string_view raw, std::string_view decoded) -> awaitable<void> {
-                        if (!reframe) {
-                          down += raw.size();
-                          co_await writeAll(client, raw, c);
-                          co_return;
-                        }
-                        std::string out = redactor.feed(decoded);
-                        if (out.empty()) co_return;
-                        down += out.size();
-                        if (chunk_out) out = fmt::format("{:x}\r\n{}\r\n", out.size(), out);
-                        co_await writeAll(client, out, c);
-                      });
+    co_await pumpBody(upstream, ubuf, rest, c, [&](std::string_view raw, std::string_view decoded) -> awaitable<void> {
+      if (!reframe) {
+        down += raw.size();
+        co_await writeAll(client, raw, c);
+        co_return;
+      }
+      std::string out = redactor.feed(decoded);
+      if (out.empty()) co_return;
+      down += out.size();
+      if (chunk_out) out = fmt::format("{:x}\r\n{}\r\n", out.size(), out);
+      co_await writeAll(client, out, c);
+    });
     if (reframe) {
       std::string out = redactor.finish();
       down += out.size();
