@@ -376,6 +376,7 @@ awaitable<void> connectAndServe(std::shared_ptr<Conn> c, const Decision& d, IpAd
     }
     co_return;
   }
+  c->upstream.set_option(tcp::no_delay(true), ec);
   allowRecord(*c, d, ip, port);
   if (!connect_reply.empty()) co_await writeAll(c->client, connect_reply, *c);
   c->timeout = c->g.opts.idle_timeout;
@@ -528,6 +529,7 @@ awaitable<void> Gateway::Impl::proxySession(std::shared_ptr<Conn> c) {
       }
       co_return;
     }
+    c->upstream.set_option(tcp::no_delay(true), ec);
     allowRecord(*c, d, chosen, a->port);
     co_await writeAll(c->client, "HTTP/1.1 200 Connection established\r\n\r\n", *c);
     // E9: what travels through the tunnel must be for the host the tunnel was granted to.
@@ -596,6 +598,9 @@ awaitable<void> Gateway::Impl::acceptLoop(tcp::acceptor& acceptor, bool transpar
       if (ec == asio::error::operation_aborted || stopped) co_return;
       continue;  // EMFILE and friends: keep serving
     }
+    // Requests and answers are small writes that must leave at once: without this, Nagle holds a body
+    // written after its head until the head is acknowledged, and a delayed ACK makes that up to 40 ms.
+    s.set_option(tcp::no_delay(true), ec);
     auto c = std::make_shared<Conn>(*this, std::move(s));
     c->rec.kind = "connect";
     boost::system::error_code pe;

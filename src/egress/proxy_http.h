@@ -296,21 +296,29 @@ awaitable<void> relayHttp(Conn& c, C& client, U& upstream, std::string cbuf, Rel
       }
     }
     if (close_after) resp.set("Connection", "close");
-    const std::string response_head = resp.serialize();
+    std::string response_head = resp.serialize();
+    http::Framing rest = resp.framing;
+    if (!reframe && rest.kind == http::BodyKind::kLength && !ubuf.empty()) {
+      // The part of the body already read goes out with the head: one write, one packet for a small answer.
+      size_t take = size_t(std::min<uint64_t>(rest.length, ubuf.size()));
+      response_head.append(ubuf, 0, take);
+      ubuf.erase(0, take);
+      rest.length -= take;
+      down += take;
+    }
     co_await writeAll(client, response_head, c);
-    co_await pumpBody(upstream, ubuf, resp.framing, c,
-                      [&](std::string_view raw, std::string_view decoded) -> awaitable<void> {
-                        if (!reframe) {
-                          down += raw.size();
-                          co_await writeAll(client, raw, c);
-                          co_return;
-                        }
-                        std::string out = redactor.feed(decoded);
-                        if (out.empty()) co_return;
-                        down += out.size();
-                        if (chunk_out) out = fmt::format("{:x}\r\n{}\r\n", out.size(), out);
-                        co_await writeAll(client, out, c);
-                      });
+    co_await pumpBody(upstream, ubuf, rest, c, [&](std::string_view raw, std::string_view decoded) -> awaitable<void> {
+      if (!reframe) {
+        down += raw.size();
+        co_await writeAll(client, raw, c);
+        co_return;
+      }
+      std::string out = redactor.feed(decoded);
+      if (out.empty()) co_return;
+      down += out.size();
+      if (chunk_out) out = fmt::format("{:x}\r\n{}\r\n", out.size(), out);
+      co_await writeAll(client, out, c);
+    });
     if (reframe) {
       std::string out = redactor.finish();
       down += out.size();

@@ -34,6 +34,10 @@ std::string ruleset(const EgressPorts& p) {
   std::string ifs = fmt::format("\"{}*\"", kHostLinkPrefix);
   // Priorities: dstnat for the redirects; the filter chains at priority filter - 1 so that SPACE's drops
   // are seen before any accept a host firewall might have (a drop anywhere is final in nftables).
+  // The gateway listens on 0.0.0.0; its ports take only what the redirects above bring from sandbox links
+  // (decided by the spc* rules before them). Everything else to those ports is dropped, loopback included:
+  // the redirects never arrive on lo, and a host process could otherwise bind a sandbox link's host end
+  // (.1, inside the sandbox's registered /30) and be taken for that sandbox.
   return fmt::format(R"(table {fam} {name} {{
   chain prerouting {{
     type nat hook prerouting priority dstnat; policy accept;
@@ -47,6 +51,8 @@ std::string ruleset(const EgressPorts& p) {
     iifname {ifs} ct status dnat meta l4proto tcp th dport {{ {tp}, {proxy} }} accept
     iifname {ifs} ct status dnat udp dport {dns} accept
     iifname {ifs} drop
+    meta l4proto tcp th dport {{ {tp}, {proxy} }} drop
+    udp dport {dns} drop
   }}
   chain forward {{
     type filter hook forward priority filter - 1; policy accept;

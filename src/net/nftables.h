@@ -5,7 +5,9 @@
 //   - all other TCP -> space-egress's transparent port (original destination kept in conntrack);
 //   - UDP/53 -> space-egress's DNS port;
 //   - everything else to the host (input) or beyond (forward) is dropped, and sandboxes cannot be reached
-//     from other sandboxes either.
+//     from other sandboxes either;
+//   - the gateway's own ports (transparent, proxy, DNS) accept nothing that did not come from a sandbox
+//     link through those redirects: not from other interfaces, not from loopback.
 #pragma once
 
 #include <cstdint>

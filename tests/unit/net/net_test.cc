@@ -1,8 +1,12 @@
 // Host network plumbing. The namespace test makes its own network namespace, veth pair and nftables table,
 // sends nothing anywhere, and checks that removing them leaves nothing behind. Needs root (CAP_NET_ADMIN).
+#include <arpa/inet.h>
 #include <fcntl.h>
 #include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <poll.h>
 #include <sched.h>
+#include <sys/socket.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -36,6 +40,83 @@ bool hostLinkExists(const std::string& name) {
   return rtnl && rtnl->linkIndex(name).has_value();
 }
 
+// Runs fn on a thread of its own inside the namespace (ns < 0: the host's).
+template <class F>
+void inNetns(int ns, F fn) {
+  std::thread t([&] {
+    if (ns >= 0 && setns(ns, CLONE_NEWNET) != 0) {
+      ADD_FAILURE() << "setns: " << strerror(errno);
+      return;
+    }
+    fn();
+  });
+  t.join();
+}
+
+sockaddr_in v4(uint32_t host_order, uint16_t port) {
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(host_order);
+  a.sin_port = htons(port);
+  return a;
+}
+
+// A TCP connect from inside ns; false when it is refused or gets no answer within wait_ms (a dropped SYN).
+bool tcpConnects(int ns, uint32_t addr, uint16_t port, int wait_ms = 400) {
+  bool ok = false;
+  inNetns(ns, [&] {
+    UniqueFd s(socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
+    auto a = v4(addr, port);
+    if (connect(s.get(), reinterpret_cast<sockaddr*>(&a), sizeof a) == 0) {
+      ok = true;
+      return;
+    }
+    if (errno != EINPROGRESS) return;
+    pollfd p{s.get(), POLLOUT, 0};
+    if (poll(&p, 1, wait_ms) != 1) return;
+    int err = 0;
+    socklen_t len = sizeof err;
+    getsockopt(s.get(), SOL_SOCKET, SO_ERROR, &err, &len);
+    ok = err == 0;
+  });
+  return ok;
+}
+
+void udpSend(int ns, uint32_t addr, uint16_t port) {
+  inNetns(ns, [&] {
+    UniqueFd s(socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0));
+    auto a = v4(addr, port);
+    sendto(s.get(), "q", 1, 0, reinterpret_cast<sockaddr*>(&a), sizeof a);
+  });
+}
+
+// Drains what a listener got: accepted connections (TCP) or datagrams (UDP) within wait_ms.
+int drain(int fd, bool tcp, int wait_ms = 200) {
+  int n = 0;
+  pollfd p{fd, POLLIN, 0};
+  while (poll(&p, 1, wait_ms) == 1) {
+    if (tcp) {
+      UniqueFd c(accept4(fd, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK));
+      if (!c) break;
+    } else {
+      char b[16];
+      if (recv(fd, b, sizeof b, MSG_DONTWAIT) < 0) break;
+    }
+    ++n;
+  }
+  return n;
+}
+
+UniqueFd listenOn(int type, uint16_t port) {
+  UniqueFd s(socket(AF_INET, type | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
+  int one = 1;
+  setsockopt(s.get(), SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+  auto a = v4(INADDR_ANY, port);
+  if (bind(s.get(), reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) return {};
+  if (type == SOCK_STREAM && listen(s.get(), 16) != 0) return {};
+  return s;
+}
+
 }  // namespace
 
 TEST(NetAddressPool, HandsOutDistinctSubnets) {
@@ -63,6 +144,81 @@ TEST(NetNftables, RulesetRedirectsAndDrops) {
   EXPECT_NE(r.find("iifname \"spc*\" meta l4proto tcp redirect to :15001"), std::string::npos);
   EXPECT_NE(r.find("iifname \"spc*\" udp dport 53 redirect to :15053"), std::string::npos);
   EXPECT_NE(r.find("iifname \"spc*\" drop"), std::string::npos);
+}
+
+TEST(NetNftables, GatewayPortsAreClosedToAllButSandboxLinks) {
+  std::string r = ruleset(EgressPorts{});
+  EXPECT_NE(r.find("meta l4proto tcp th dport { 15001, 15002 } drop"), std::string::npos) << r;
+  EXPECT_NE(r.find("udp dport 15053 drop"), std::string::npos) << r;
+  // After the sandbox rules, which accept the redirected traffic: the drops must not come first.
+  EXPECT_LT(r.find("ct status dnat meta l4proto tcp"), r.find("th dport { 15001, 15002 } drop")) << r;
+}
+
+// The gateway listens on 0.0.0.0. With the table in place its ports answer a sandbox link (through the
+// redirect) and nothing else: not a namespace behind another veth, not loopback. Without the table the
+// same probes get through, so the checks can fail.
+TEST(NetNamespace, GatewayPortsTakeOnlyRedirectedSandboxTraffic) {
+  if (geteuid() != 0) GTEST_SKIP() << "needs root for network namespaces, veth and nftables";
+  UniqueFd sandbox_ns = newNetns(), outside_ns = newNetns();
+  if (!sandbox_ns || !outside_ns) GTEST_SKIP() << "cannot create a network namespace here: " << strerror(errno);
+  auto exists = tableExists();
+  if (!exists) GTEST_SKIP() << "nftables unavailable: " << exists.error().message;
+  if (*exists) GTEST_SKIP() << "a live SPACE egress gateway owns table inet space on this host; not touching it";
+
+  uint16_t base = uint16_t(21000 + getpid() % 20000);
+  EgressPorts ports{base, uint16_t(base + 1), uint16_t(base + 2), 3128};
+  UniqueFd tp = listenOn(SOCK_STREAM, ports.transparent), px = listenOn(SOCK_STREAM, ports.proxy),
+           dns = listenOn(SOCK_DGRAM, ports.dns);
+  ASSERT_TRUE(tp && px && dns) << "ports " << base << "-" << base + 2 << " busy: " << strerror(errno);
+
+  // The sandbox: a SPACE link. Outside: a veth whose host end is not "spc*" (10.254.3.0/30, .1 on the host).
+  auto subnet = *(*AddressPool::parse("10.254.2.0/24")).allocate();
+  auto link = SandboxLink::create(sandbox_ns.get(), fmt::format("spcg{}", getpid() % 100000), subnet);
+  ASSERT_TRUE(link) << link.error().message;
+  const std::string other = fmt::format("sgo{}", getpid() % 100000);
+  auto host = sys::Rtnl::open();
+  ASSERT_TRUE(host);
+  ASSERT_TRUE(host->addVeth(other, "eth0", outside_ns.get()));
+  Defer drop_other([&] { (void)host->deleteLink(other); });
+  const uint32_t other_host = 0x0afe0301, other_inside = 0x0afe0302, loopback = 0x7f000001;
+  ASSERT_TRUE(host->addAddressV4(other, other_host, 30));
+  ASSERT_TRUE(host->setUp(other));
+  auto inside = sys::Rtnl::open(outside_ns.get());
+  ASSERT_TRUE(inside);
+  ASSERT_TRUE(inside->addAddressV4("eth0", other_inside, 30));
+  ASSERT_TRUE(inside->setUp("eth0"));
+
+  auto probe = [&](bool table) {
+    SCOPED_TRACE(table ? "with the table" : "without the table");
+    drain(tp.get(), true, 0);
+    for (uint16_t port : {ports.transparent, ports.proxy}) {
+      EXPECT_EQ(tcpConnects(outside_ns.get(), other_host, port), !table) << "from another link to " << port;
+      EXPECT_EQ(tcpConnects(-1, loopback, port), !table) << "from loopback to " << port;
+      EXPECT_EQ(tcpConnects(-1, subnet.hostAddress(), port), !table) << "from the host to a link's .1:" << port;
+    }
+    drain(tp.get(), true, 0);
+    drain(px.get(), true, 0);
+    udpSend(outside_ns.get(), other_host, ports.dns);
+    udpSend(-1, loopback, ports.dns);
+    EXPECT_EQ(drain(dns.get(), false), table ? 0 : 2) << "datagrams to the DNS port";
+  };
+  // A fresh veth takes a moment to carry traffic: wait for it (no table yet), so that the probes below
+  // measure the rules and not the link coming up.
+  for (int i = 0; i < 25 && !tcpConnects(outside_ns.get(), other_host, ports.transparent); ++i) {
+  }
+  probe(false);
+
+  ASSERT_TRUE(installTable(ports));
+  Defer drop_table([] { (void)removeTable(); });
+  probe(true);
+  // The sandbox still reaches the gateway: any TCP destination is redirected to the transparent port.
+  EXPECT_TRUE(tcpConnects(sandbox_ns.get(), 0xc0000201, 80));  // 192.0.2.1:80
+  EXPECT_EQ(drain(tp.get(), true), 1);
+  EXPECT_TRUE(tcpConnects(sandbox_ns.get(), subnet.hostAddress(), 3128));  // the explicit proxy
+  EXPECT_EQ(drain(px.get(), true), 1);
+  udpSend(sandbox_ns.get(), 0xc0000201, 53);
+  EXPECT_EQ(drain(dns.get(), false), 1);
+  ASSERT_TRUE(removeTable());
 }
 
 TEST(NetNamespace, VethAndTableComeAndGoCleanly) {
