@@ -240,7 +240,10 @@ TEST_F(Archive, NamedTamperingIsReportedClearly) {
     flipBit(tmp / "bad.spacearc", c.offset, 1);
     auto imported = importSnapshot(tmp / "bad.spacearc", tmp / "restored", *kek);
     ASSERT_FALSE(imported) << c.what;
-    EXPECT_NE(imported.error().message.find(c.expect), std::string::npos) << c.what << ": " << imported.error().message;
+    // A flip in the header's random archive id may make it no hex at all: then parsing refuses it first.
+    bool named = imported.error().message.find(c.expect) != std::string::npos ||
+                 (std::string(c.what) == "header" && imported.error().message.find("malformed") != std::string::npos);
+    EXPECT_TRUE(named) << c.what << ": " << imported.error().message;
     EXPECT_FALSE(std::filesystem::exists(tmp / "restored")) << c.what;
   }
 }
