@@ -217,7 +217,7 @@ Status JailRuntime::launch(const SandboxSpec& spec, PersistedInstance& persisted
     } else {
       // A fork: the layer is a block-sharing clone of the snapshot's, whatever its size; its files move to
       // this sandbox's uid range.
-      TRY(cloneFile(base_image, image));
+      TRY(cloneFile(base_image, image, 0600, /*durable=*/false));
       TRY(mountLayerDisk(spec.dir, image));
       TRY(shiftLayerOwners(spec.dir, base_uid, spec.uid_base, spec.uid_count));
     }
@@ -408,7 +408,8 @@ Result<Instance> JailRuntime::rollback(Instance& inst, const runtime::SnapshotRe
   // The new layer first: a failure here leaves the sandbox as it was.
   std::string next = image + ".next";
   unlink(next.c_str());
-  TRY(cloneFile(ref.path + "/disk.img", next));
+  // Not synced: after a host crash the rename may be lost too, and the sandbox keeps its old layer.
+  TRY(cloneFile(ref.path + "/disk.img", next, 0600, /*durable=*/false));
   if (chmod(next.c_str(), 0600) < 0) return sysError(errno, "chmod {}", next);
   std::string cgroup = state.value("cgroup", inst.id);
   (void)cgroups_->freeze(cgroup, false);

@@ -84,7 +84,7 @@ bool canReflink(const std::string& dir) {
   return ok;
 }
 
-Status cloneFile(const std::string& src, const std::string& dst, unsigned mode) {
+Status cloneFile(const std::string& src, const std::string& dst, unsigned mode, bool durable) {
   UniqueFd in(open(src.c_str(), O_RDONLY | O_CLOEXEC));
   if (!in) return sysError(errno, "open {}", src);
   UniqueFd out(open(dst.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, mode));
@@ -94,7 +94,7 @@ Status cloneFile(const std::string& src, const std::string& dst, unsigned mode) 
     unlink(dst.c_str());
     return sysError(err, "clone {} to {}", src, dst);
   }
-  if (fsync(out.get()) < 0) {
+  if (durable && fsync(out.get()) < 0) {
     int err = errno;
     unlink(dst.c_str());
     return sysError(err, "fsync {}", dst);

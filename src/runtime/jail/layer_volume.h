@@ -35,9 +35,11 @@ Status closeLayerVolume(const std::string& state_dir);
 // Whether files in `dir` can share blocks (FICLONE between two files there succeeds).
 bool canReflink(const std::string& dir);
 
-// dst := a block-sharing copy of src (FICLONE): created exclusively with `mode`, fsync'd. dst's directory
-// is not synced (the caller renames into place and syncs that). Fails if dst exists.
-Status cloneFile(const std::string& src, const std::string& dst, unsigned mode = 0600);
+// dst := a block-sharing copy of src (FICLONE): created exclusively with `mode`, fsync'd when `durable`.
+// dst's directory is not synced (the caller renames into place and syncs that). Fails if dst exists.
+// Not durable is for clones whose loss in a host crash leaves the previous state (a rollback's next
+// layer, a new sandbox's layer): an fsync through the loop device costs milliseconds.
+Status cloneFile(const std::string& src, const std::string& dst, unsigned mode = 0600, bool durable = true);
 
 // fsync of a directory (after a rename into it).
 Status syncDir(const std::string& dir);
