@@ -1,6 +1,6 @@
 """The vm tier behind the egress gateway (SECURITY.md V5, V7): real microVMs (TCG where /dev/kvm is missing)
 with egress on, real clients inside the guest (busybox wget, nslookup, tftp), and the upstream namespace,
-servers and daemon of test_egress.py (its module fixtures are imported here, so both modules share one
+servers of egressfixtures.py (its module fixtures are imported here, so both modules share one
 definition of the test network). Each VM's NIC is a host tap `spc<N>` that QEMU inherits as a descriptor;
 its guest configures the sandbox end at hand-over. Nothing here sends a packet beyond loopback, the
 sandboxes' own links and the test namespace."""
@@ -17,7 +17,7 @@ import pytest
 
 import spacelib
 from spacefixtures import PYTHON_ROOTFS, vm_unavailable_reason
-from test_egress import NET, UPSTREAM, _run, _skip, sh, upstream, upstream_log  # noqa: F401  (fixture)
+from egressfixtures import NET, UPSTREAM, run as _run, sh, skip as _skip, upstream, upstream_log  # noqa: F401  (fixture)
 
 # busybox: a 403 from the gateway is a non-zero exit. Not wget -T: Debian's busybox 1.35 crashes with it.
 WGET = "timeout 10 wget -q -O -"
