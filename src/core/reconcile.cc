@@ -94,6 +94,11 @@ Status Manager::reconcile() {
     }
   }
   removeOrphanSnapshots();
+  // Uploads and exports a previous spaced was streaming when it stopped.
+  {
+    std::error_code ec;
+    std::filesystem::remove_all(config_.state_dir + "/scratch", ec);
+  }
   resyncEgress();
   return ok();
 }

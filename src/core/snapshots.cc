@@ -149,7 +149,8 @@ void Manager::removeOrphanSnapshots() {
   for (const auto& entry : std::filesystem::directory_iterator(jail->volume().snapshotsDir(), ec)) {
     std::string name = entry.path().filename().string();
     if (known.count(name)) continue;
-    spdlog::warn("reconcile: removing snapshot files {} that no snapshot row names (an interrupted snapshot)", name);
+    // An interrupted snapshot (<id>.tmp, or renamed before its row) or import (.<id>.import-*).
+    spdlog::warn("reconcile: removing snapshot files {} that no snapshot row names", name);
     std::filesystem::remove_all(entry.path(), ec);
   }
   // Clones made for a rollback that never finished.

@@ -267,7 +267,11 @@ def test_kill9_during_snapshots_leaves_only_whole_snapshots(own_daemon):
     vol = d.state / "volume" / "snapshots" if (d.state / "volume" / "snapshots").is_dir() else d.state / "snapshots"
     (vol / "snap-00000000deadbeef.tmp").mkdir()
     (vol / "snap-00000000feedface").mkdir()
+    (vol / ".snap-00000000cafebabe.import-x").mkdir()  # an interrupted import
+    (d.state / "scratch").mkdir(exist_ok=True)
+    (d.state / "scratch" / "import-0123").write_bytes(b"half an upload")
     d.start()
+    assert not (d.state / "scratch").exists()
     listed = history(c, sid)
     assert listed, "the snapshots acknowledged before the kill are gone"
     assert snapshot_dirs(d) == {s["id"] for s in listed}
