@@ -107,7 +107,7 @@ def test_vm_isolation_unsupported_or_works(client, make_sandbox):
 
 
 def test_jail_pause_freezes_every_process_and_resume_continues(client, sandbox):
-    bg = client.start_process(sandbox, shell="i=0; while true; do i=$((i+1)); echo $i > /tmp/count; sleep 0.05; done")
+    bg = client.start_process(sandbox, shell="i=0; while true; do i=$((i+1)); echo $i > /tmp/count.new; mv /tmp/count.new /tmp/count; sleep 0.05; done")
     client.upload(sandbox, "/root/kept.txt", b"kept\n")
     wait_for(lambda: client.sh(sandbox, "cat /tmp/count 2>/dev/null").out.strip().isdigit(), timeout=10,
              what="the counter to start")

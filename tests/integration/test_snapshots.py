@@ -306,7 +306,7 @@ def test_paused_sandbox_survives_a_daemon_kill_and_resumes_intact(own_daemon):
     c = d.client
     sid = c.create(template="busybox")["id"]
     c.upload(sid, "/root/f", b"kept")
-    bg = c.start_process(sid, shell="i=0; while true; do i=$((i+1)); echo $i > /tmp/n; sleep 0.05; done")
+    bg = c.start_process(sid, shell="i=0; while true; do i=$((i+1)); echo $i > /tmp/n.new; mv /tmp/n.new /tmp/n; sleep 0.05; done")
     wait_for(lambda: c.sh(sid, "cat /tmp/n 2>/dev/null").out.strip().isdigit(), timeout=10, what="the counter")
     c.call("POST", f"/v1/sandboxes/{sid}/pause")
     d.kill9()

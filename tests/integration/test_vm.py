@@ -189,8 +189,10 @@ def test_v6_memory_and_disk_exhaustion_stay_inside_the_vm(client, daemon, make_v
 
 def test_pause_resume_keeps_files_processes_and_memory(client, make_vm):
     sid = make_vm()
-    bg = client.start_process(sid, shell="i=0; while true; do i=$((i+1)); echo $i > /tmp/count; sleep 0.2; done")
+    bg = client.start_process(sid, shell="i=0; while true; do i=$((i+1)); echo $i > /tmp/count.new; mv /tmp/count.new /tmp/count; sleep 0.2; done")
     client.upload(sid, "/root/kept.txt", b"kept\n")
+    wait_for(lambda: client.sh(sid, "cat /tmp/count 2>/dev/null").out.strip().isdigit(), timeout=30,
+             what="the counter to start")
     for _ in range(3):
         client.call("POST", f"/v1/sandboxes/{sid}/pause", {})
         assert client.get(sid)["state"] == "paused"
