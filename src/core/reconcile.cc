@@ -21,14 +21,15 @@ Status Manager::reconcile() {
     known.insert(rec.id);
     runtime::PersistedInstance persisted{rec.id, rec.runtime, rec.persisted};
     if (rec.state == "running" || rec.state == "paused") {
-      // A paused sandbox's agent cannot answer the handshake: thaw it for the reconnect, then pause again.
+      // A frozen agent cannot answer the handshake: thaw every sandbox for the reconnect (a running one
+      // may have been frozen by a snapshot when spaced died), then pause the paused ones again.
       bool paused = rec.state == "paused";
-      if (paused) {
+      if (rec.runtime == "jail" || paused) {
         runtime::Instance frozen;
         frozen.id = rec.id;
         frozen.persisted = persisted;
         if (auto st = runtimeFor(rec.runtime).resume(frozen); !st)
-          spdlog::warn("reconcile: thaw paused sandbox {}: {}", rec.id, st.error().message);
+          spdlog::warn("reconcile: thaw sandbox {}: {}", rec.id, st.error().message);
       }
       auto inst = runtimeFor(rec.runtime).reattach(persisted);
       if (inst && paused) {
