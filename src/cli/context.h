@@ -40,6 +40,9 @@ Result<std::pair<std::string, std::string>> parseKeyValue(std::string_view what,
 // Exit code of a finished process as a shell reports it: code, 128+signal, 124 on timeout.
 int exitCodeOf(const nlohmann::json& exit_event);
 
+// Sends `size` bytes read from fd (the file `name`, for errors) as the request body.
+Result<http::ClientResponse> uploadFromFd(Context& ctx, const std::string& method, const std::string& target, int fd,
+                                          uint64_t size, const std::string& name);
 // GET target into the local file `local` (temporary name, fsync, rename); 0 or fail()'s code.
 int downloadToFile(Context& ctx, const std::string& target, const std::string& local);
 

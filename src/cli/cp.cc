@@ -35,13 +35,7 @@ int upload(Context& ctx, const std::string& local, const std::string& id, std::s
   if (remote.empty() || remote.back() == '/') remote += baseName(local);
   std::string target = fmt::format("/v1/sandboxes/{}/files?path={}&mode={:o}", http::percentEncode(id),
                                     http::percentEncode(remote), st.st_mode & 0777);
-  auto resp = ctx.client.upload("PUT", target, static_cast<uint64_t>(st.st_size), [&](char* out, size_t max) -> Result<size_t> {
-    ssize_t n;
-    do n = ::read(fd.get(), out, max);
-    while (n < 0 && errno == EINTR);
-    if (n < 0) return sysError(errno, "read {}", local);
-    return static_cast<size_t>(n);
-  });
+  auto resp = uploadFromFd(ctx, "PUT", target, fd.get(), static_cast<uint64_t>(st.st_size), local);
   if (!resp) return fail(&ctx, resp.error());
   if (auto s = checkResponse(*resp); !s) return fail(&ctx, s.error());
   return 0;
@@ -59,6 +53,17 @@ int download(Context& ctx, const std::string& id, const std::string& remote, std
 }
 
 }  // namespace
+
+Result<http::ClientResponse> uploadFromFd(Context& ctx, const std::string& method, const std::string& target, int fd,
+                                          uint64_t size, const std::string& name) {
+  return ctx.client.upload(method, target, size, [&](char* out, size_t max) -> Result<size_t> {
+    ssize_t n;
+    do n = ::read(fd, out, max);
+    while (n < 0 && errno == EINTR);
+    if (n < 0) return sysError(errno, "read {}", name);
+    return static_cast<size_t>(n);
+  });
+}
 
 int downloadToFile(Context& ctx, const std::string& target, const std::string& local) {
   // Written under a temporary name and renamed, so a failed transfer never leaves a truncated file.

@@ -78,14 +78,8 @@ int cmdSnapshotImport(Context& ctx, const std::string& file, const std::string& 
   struct stat st {};
   if (::fstat(fd.get(), &st) != 0 || !S_ISREG(st.st_mode))
     return fail(&ctx, Error{ErrorKind::kInvalidArgument, 0, fmt::format("{} is not a regular file", file)});
-  auto resp = ctx.client.upload("POST", sandboxPath(id) + "/snapshots/import", static_cast<uint64_t>(st.st_size),
-                                [&](char* buf, size_t max) -> Result<size_t> {
-                                  ssize_t n;
-                                  do n = ::read(fd.get(), buf, max);
-                                  while (n < 0 && errno == EINTR);
-                                  if (n < 0) return sysError(errno, "read {}", file);
-                                  return static_cast<size_t>(n);
-                                });
+  auto resp = uploadFromFd(ctx, "POST", sandboxPath(id) + "/snapshots/import", fd.get(),
+                           static_cast<uint64_t>(st.st_size), file);
   if (!resp) return fail(&ctx, resp.error());
   if (auto s = checkResponse(*resp); !s) return fail(&ctx, s.error());
   auto j = nlohmann::json::parse(resp->body, nullptr, false);

@@ -9,6 +9,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "common/result.h"
 
@@ -31,6 +32,9 @@ Status mountLayerDisk(const std::string& dir, const std::string& image);
 // Detaches every host mount under <dir> and removes the directory and `image`. Idempotent. The image's
 // blocks are freed once the sandbox's own mount namespace (which still holds the overlay) is gone.
 Status removeLayerDisk(const std::string& dir, const std::string& image);
+
+// Runs a host tool (mkfs) with an empty environment and stdout to /dev/null; fails unless it exits 0.
+Status runTool(const std::vector<std::string>& argv);
 
 // Bytes the image occupies on the host disk (allocated blocks of the sparse file).
 Result<uint64_t> layerDiskUsage(const std::string& image);

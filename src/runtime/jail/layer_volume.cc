@@ -16,30 +16,12 @@
 #include <spdlog/spdlog.h>
 
 #include "common/unique_fd.h"
+#include "runtime/jail/layer_disk.h"
 #include "sys/loop.h"
 
 namespace space::jail {
 
 namespace {
-
-Status run(const std::vector<std::string>& argv) {
-  std::vector<char*> args;
-  for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
-  args.push_back(nullptr);
-  char* const envp[] = {const_cast<char*>("PATH=/usr/sbin:/usr/bin:/sbin:/bin"), nullptr};
-  posix_spawn_file_actions_t fa;
-  posix_spawn_file_actions_init(&fa);
-  posix_spawn_file_actions_addopen(&fa, 1, "/dev/null", O_WRONLY, 0);
-  pid_t pid;
-  int rc = posix_spawnp(&pid, args[0], &fa, nullptr, args.data(), envp);
-  posix_spawn_file_actions_destroy(&fa);
-  if (rc != 0) return sysError(rc, "spawn {}", argv[0]);
-  int status = 0;
-  if (waitpid(pid, &status, 0) < 0) return sysError(errno, "waitpid {}", argv[0]);
-  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
-    return makeError(ErrorKind::kInternal, "{} failed (status {:#x})", argv[0], status);
-  return ok();
-}
 
 bool isMountPoint(const std::string& path) {
   std::ifstream mi("/proc/self/mountinfo");
@@ -135,7 +117,7 @@ Result<LayerVolume> openLayerVolume(const std::string& state_dir, uint64_t bytes
       if (!fd) return sysError(errno, "create {}", tmp);
       if (ftruncate(fd.get(), static_cast<off_t>(bytes)) < 0) return sysError(errno, "ftruncate {}", tmp);
     }
-    auto made = run({"mkfs.xfs", "-q", "-f", "-m", "reflink=1", "-L", "space-layers", tmp});
+    auto made = runTool({"mkfs.xfs", "-q", "-f", "-m", "reflink=1", "-L", "space-layers", tmp});
     if (!made) {
       unlink(tmp.c_str());
       return tl::unexpected(made.error().context("make the layer volume (xfsprogs installed?)"));
