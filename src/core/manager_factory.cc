@@ -85,6 +85,8 @@ Result<std::unique_ptr<SandboxManager>> makeSandboxManager(const DaemonConfig& c
     vm_config.allow_tcg = config.vm_allow_tcg;
     vm_config.cgroup_parent = config.cgroup_parent;
     if (egress) vm_config.network_pool = egress->pool;
+    vm_config.layers_dir = jail->volume().layersDir();
+    vm_config.snapshots_dir = jail->volume().snapshotsDir();
     auto made = vm::VmRuntime::create(vm_config);
     if (made) {
       vm = std::move(*made);

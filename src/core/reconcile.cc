@@ -89,7 +89,9 @@ Status Manager::reconcile() {
   if (auto* jail = dynamic_cast<jail::JailRuntime*>(jail_.get())) {
     std::error_code ec;
     for (const auto& entry : std::filesystem::directory_iterator(jail->volume().layersDir(), ec)) {
-      if (entry.path().extension() != ".img" || known.count(entry.path().stem().string())) continue;
+      // .img: a jail's writable layer; .qcow2: a VM's disk overlay; .next: a rollback's unfinished clone.
+      auto ext = entry.path().extension();
+      if ((ext != ".img" && ext != ".qcow2") || known.count(entry.path().stem().string())) continue;
       spdlog::warn("reconcile: removing layer image {} of no sandbox", entry.path().string());
       std::filesystem::remove(entry.path(), ec);
     }

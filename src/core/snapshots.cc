@@ -7,11 +7,13 @@
 #include <atomic>
 #include <filesystem>
 #include <fstream>
+#include <random>
 #include <thread>
 
 #include <spdlog/spdlog.h>
 
 #include "common/defer.h"
+#include "common/hex.h"
 #include "common/ids.h"
 #include "archive/archive.h"
 #include "archive/kek.h"
@@ -229,9 +231,18 @@ Result<SandboxView> Manager::rollback(const std::string& id, const std::string& 
     }
     return tl::unexpected(next.error().context("rollback " + id));
   }
-  if (!env.empty()) {
+  if (!env.empty() || rec.runtime == "vm") {
     agent::Identity identity;
     identity.env = env;
+    if (rec.runtime == "vm") {
+      // The guest continues from the snapshot's memory: its clock is the snapshot's, and its RNG would
+      // repeat what it produced after the snapshot the first time. Both are renewed before anything runs.
+      std::random_device rd;
+      unsigned char seed[32];
+      for (auto& c : seed) c = static_cast<unsigned char>(rd());
+      identity.rng_seed_hex = toHex(seed, sizeof seed);
+      identity.clock_unix_ms = nowUnixMs();
+    }
     TRY(next->agent->setIdentity(identity));
   }
   rec.persisted = next->persisted.state;

@@ -206,8 +206,23 @@ Status Rtnl::addAddressV4(const std::string& name, uint32_t address, int prefix)
   return request(m.buf, m.hdr()->nlmsg_len, fmt::format("add address to {}", name).c_str());
 }
 
+Status Rtnl::deleteAddressV4(const std::string& name, uint32_t address, int prefix) {
+  ASSIGN_OR_RETURN(int index, linkIndex(name));
+  Msg m(RTM_DELADDR, 0);
+  ifaddrmsg ifa{};
+  ifa.ifa_family = AF_INET;
+  ifa.ifa_prefixlen = uint8_t(prefix);
+  ifa.ifa_index = uint32_t(index);
+  m.put(ifa);
+  uint32_t be = htonl(address);
+  m.attr(IFA_LOCAL, &be, 4);
+  m.attr(IFA_ADDRESS, &be, 4);
+  return request(m.buf, m.hdr()->nlmsg_len, fmt::format("delete address from {}", name).c_str());
+}
+
+// Replaces any default route: a VM forked from another keeps its parent's until its own is set.
 Status Rtnl::addDefaultRouteV4(uint32_t gateway) {
-  Msg m(RTM_NEWROUTE, NLM_F_CREATE | NLM_F_EXCL);
+  Msg m(RTM_NEWROUTE, NLM_F_CREATE | NLM_F_REPLACE);
   rtmsg rt{};
   rt.rtm_family = AF_INET;
   rt.rtm_table = RT_TABLE_MAIN;

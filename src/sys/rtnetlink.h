@@ -27,7 +27,8 @@ class Rtnl {
   // The link's hardware address (6 bytes), e.g. a restored VM's NIC, which keeps its template's otherwise.
   Status setMac(const std::string& name, const unsigned char mac[6]);
   Status addAddressV4(const std::string& name, uint32_t address, int prefix);  // host order
-  Status addDefaultRouteV4(uint32_t gateway);
+  Status deleteAddressV4(const std::string& name, uint32_t address, int prefix);  // host order
+  Status addDefaultRouteV4(uint32_t gateway);  // replaces the default route if there is one
 
  private:
   explicit Rtnl(UniqueFd fd) : fd_(std::move(fd)) {}

@@ -182,7 +182,9 @@ def test_v6_memory_and_disk_exhaustion_stay_inside_the_vm(client, daemon, make_v
     # Disk: the guest's filesystem fills at its size; the host's overlay stays near it.
     r = client.sh(sid, "dd if=/dev/zero of=/root/fill bs=1M 2>&1; echo rc=$?", timeout=600)
     assert "No space left" in r.out and "rc=0" not in r.out, r
-    overlay = os.path.join(str(daemon.state), "sandboxes", sid, "disk.qcow2")
+    # The overlay lives on the layer volume (SPACE's XFS mount, or the state dir where it can reflink).
+    overlay = next(p for p in (os.path.join(str(daemon.state), "volume", "layers", sid + ".qcow2"),
+                               os.path.join(str(daemon.state), "layers", sid + ".qcow2")) if os.path.exists(p))
     assert os.path.getsize(overlay) < 200 << 20, os.path.getsize(overlay)
     assert client.sh(sid, "rm /root/fill && echo freed").out.strip() == "freed"
 

@@ -3,6 +3,7 @@
 #include <arpa/inet.h>
 #include <dirent.h>
 #include <fcntl.h>
+#include <ifaddrs.h>
 #include <linux/random.h>
 #include <sys/ioctl.h>
 #include <time.h>
@@ -126,10 +127,29 @@ Status configureNetwork(const json& net) {
   ASSIGN_OR_RETURN(std::string nic, onlyNic());
   ASSIGN_OR_RETURN(auto rtnl, sys::Rtnl::open());
   TRY(rtnl.setUp("lo"));
+  // A VM forked from another, or rolled back, comes up with the addresses its snapshot had: every IPv4
+  // address on the NIC but the one it gets now goes (with it, the routes through them).
+  bool have_address = false;
+  if (ifaddrs* list = nullptr; getifaddrs(&list) == 0) {
+    for (ifaddrs* a = list; a; a = a->ifa_next) {
+      if (!a->ifa_addr || a->ifa_addr->sa_family != AF_INET || nic != a->ifa_name) continue;
+      uint32_t old = ntohl(reinterpret_cast<sockaddr_in*>(a->ifa_addr)->sin_addr.s_addr);
+      int old_prefix = a->ifa_netmask ? __builtin_popcount(reinterpret_cast<sockaddr_in*>(a->ifa_netmask)->sin_addr.s_addr) : 32;
+      if (old == address && old_prefix == prefix) {
+        have_address = true;
+        continue;
+      }
+      if (auto st = rtnl.deleteAddressV4(nic, old, old_prefix); !st) {
+        freeifaddrs(list);
+        return st;
+      }
+    }
+    freeifaddrs(list);
+  }
   // A VM restored from a template starts with the template's address on its NIC; it is set while the
-  // link is still down.
+  // link is still down (a forked VM's link is up: the driver changes the address live).
   if (have_mac) TRY(rtnl.setMac(nic, mac));
-  TRY(rtnl.addAddressV4(nic, address, prefix));
+  if (!have_address) TRY(rtnl.addAddressV4(nic, address, prefix));
   TRY(rtnl.setUp(nic));
   TRY(rtnl.addDefaultRouteV4(gateway));
   if (!nameserver.empty()) {

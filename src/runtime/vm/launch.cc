@@ -1,6 +1,8 @@
 #include "runtime/vm/launch.h"
 
 #include <fcntl.h>
+#include <poll.h>
+#include <sys/wait.h>
 #include <signal.h>
 #include <spawn.h>
 #include <sys/stat.h>
@@ -35,7 +37,9 @@ std::vector<std::string> buildQemuArgv(const QemuSpec& spec) {
   // guest stalls at boot without the RTC here (calibration), hence rtc=on.
   std::string machine = "microvm,rtc=on";
   if (!spec.memory_file.empty()) machine += ",memory-backend=mem";
+  if (spec.device_state_only) machine += ",suppress-vmdesc=on";
   a.insert(a.end(), {"-machine", machine});
+  if (spec.device_state_only) a.insert(a.end(), {"-global", "migration.send-configuration=off"});
   if (spec.accel == Accel::kKvm) {
     a.insert(a.end(), {"-accel", "kvm", "-cpu", "host"});
   } else {
@@ -128,6 +132,28 @@ bool isQemuOf(pid_t pid, const std::string& dir) {
   ss << in.rdbuf();
   std::string cmdline = ss.str();
   return cmdline.find("unix:" + VmPaths::in(dir).qmp + ",") != std::string::npos;
+}
+
+std::string tailOfFile(const std::string& path, size_t max) {
+  std::ifstream in(path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  std::string s = ss.str();
+  return s.size() > max ? s.substr(s.size() - max) : s;
+}
+
+void killVmm(pid_t pid) {
+  if (pid <= 0) return;
+  if (auto pidfd = sys::pidfdOpen(pid)) {
+    (void)sys::pidfdSendSignal(pidfd->get(), SIGKILL);
+    // Until it has exited (its descriptors closed: the tap gone), also when it is not our child.
+    pollfd pfd{pidfd->get(), POLLIN, 0};
+    while (poll(&pfd, 1, 5000) < 0 && errno == EINTR) {
+    }
+  }
+  // After a daemon restart QEMU is no longer our child: waitpid fails with ECHILD, init reaps it.
+  while (waitpid(pid, nullptr, 0) < 0 && errno == EINTR) {
+  }
 }
 
 }  // namespace space::vm

@@ -38,6 +38,9 @@ struct QemuSpec {
   std::string memory_file;
   bool memory_file_shared = false;
   bool incoming_defer = false;  // start stopped, waiting for QMP migrate-incoming
+  // The incoming state holds devices only (a sandbox snapshot: xen-save-devices-state, the RAM is written
+  // by the host): no configuration section, no VM description expected.
+  bool device_state_only = false;
   uint32_t tcg_tb_cache_mib = 0;  // TCG translation cache size; 0 = QEMU's default
   // The guest's one NIC (virtio-net), part of every VM and so of every template snapshot. tap_fd >= 0: a
   // descriptor of the sandbox's host tap (`spc<N>`, see net/veth.h) that QEMU inherits at that number;
@@ -87,5 +90,12 @@ Result<QemuProcess> launchQemu(const QemuSpec& spec);
 // Whether pid is still the QEMU of this VM directory (its command line names the QMP socket): guards
 // destroy and reattach, which start from a persisted pid, against pid reuse.
 bool isQemuOf(pid_t pid, const std::string& dir);
+
+// Kills the VMM and waits until it has exited (its descriptors closed), reaping it when it is our child.
+// Killing QEMU is the whole teardown of the guest.
+void killVmm(pid_t pid);
+
+// The last `max` bytes of a log file (QEMU's log, a console), for error messages.
+std::string tailOfFile(const std::string& path, size_t max);
 
 }  // namespace space::vm

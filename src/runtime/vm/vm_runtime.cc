@@ -38,25 +38,6 @@ namespace {
 constexpr uint64_t kMiB = 1ull << 20;
 constexpr const char* kRootDevice = "/dev/vda";
 
-std::string tailOf(const std::string& path, size_t max) {
-  std::ifstream in(path);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  std::string s = ss.str();
-  return s.size() > max ? s.substr(s.size() - max) : s;
-}
-
-// Kills the VMM and reaps it when it is our child. Killing QEMU is the whole teardown of the guest.
-void killQemu(pid_t pid) {
-  if (pid <= 0) return;
-  if (auto pidfd = sys::pidfdOpen(pid)) {
-    (void)sys::pidfdSendSignal(pidfd->get(), SIGKILL);
-  }
-  // After a daemon restart QEMU is no longer our child: waitpid fails with ECHILD, init reaps it.
-  while (waitpid(pid, nullptr, 0) < 0 && errno == EINTR) {
-  }
-}
-
 // Waits up to `timeout` for our child to exit by itself.
 bool waitExit(const QemuProcess& proc, std::chrono::milliseconds timeout) {
   if (!proc.pidfd) return false;
@@ -128,12 +109,6 @@ Status writeKernelStub(const std::string& kernel, const std::string& out) {
   return ok();
 }
 
-// The NIC's address: locally administered, unicast, unique per /30 (its index's low 24 bits).
-std::string macFor(const net::SandboxSubnet& subnet) {
-  uint32_t i = subnet.network >> 2;
-  return fmt::format("02:53:50:{:02x}:{:02x}:{:02x}", (i >> 16) & 0xff, (i >> 8) & 0xff, i & 0xff);
-}
-
 // The QEMU whose command line names this VM directory's QMP socket (0: none).
 pid_t findQemuOf(const std::string& dir) {
   for (const auto& e : fs::directory_iterator("/proc", std::filesystem::directory_options::skip_permission_denied)) {
@@ -146,6 +121,11 @@ pid_t findQemuOf(const std::string& dir) {
 }
 
 }  // namespace
+
+std::string macFor(const net::SandboxSubnet& subnet) {
+  uint32_t i = subnet.network >> 2;
+  return fmt::format("02:53:50:{:02x}:{:02x}:{:02x}", (i >> 16) & 0xff, (i >> 8) & 0xff, i & 0xff);
+}
 
 uint64_t hostTscKhz() {
   std::ifstream in("/proc/cpuinfo");
@@ -249,7 +229,7 @@ void VmRuntime::cleanInterruptedWarmups() {
       std::string cmdline((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
       if (cmdline.find(needle) != std::string::npos) {
         spdlog::warn("vm: killing the VMM of an interrupted template warm-up ({})", name);
-        killQemu(static_cast<pid_t>(std::stol(pid)));
+        killVmm(static_cast<pid_t>(std::stol(pid)));
       }
     }
     if (cgroups_) (void)cgroups_->remove(name);
@@ -328,7 +308,7 @@ Result<QemuProcess> VmRuntime::spawn(const QemuSpec& qemu, const std::string& cg
 }
 
 void VmRuntime::killAndClean(pid_t pid, const std::string& cgroup_id) {
-  killQemu(pid);
+  killVmm(pid);
   if (cgroups_ && !cgroup_id.empty()) (void)cgroups_->remove(cgroup_id);
 }
 
@@ -397,7 +377,7 @@ Result<runtime::Instance> VmRuntime::bootCold(const runtime::SandboxSpec& spec) 
   }();
   if (!connected) {
     Error e = connected.error();
-    e.message += "; qemu: " + tailOf(VmPaths::in(dir).log, 400) + "; console: " + tailOf(qemu.console_file, 800);
+    e.message += "; qemu: " + tailOfFile(VmPaths::in(dir).log, 400) + "; console: " + tailOfFile(qemu.console_file, 800);
     killAndClean(proc.pid, config_.confine ? spec.id : "");
     return tl::unexpected(e.context(fmt::format("boot vm {}", spec.id)));
   }
@@ -428,24 +408,26 @@ bool VmRuntime::hasTemplate(const runtime::SandboxSpec& spec) const {
   return access((templateDir(spec) + "/template.json").c_str(), R_OK) == 0;
 }
 
+Result<VmTemplate> readTemplate(const std::string& dir) {
+  std::ifstream in(dir + "/template.json");
+  if (!in) return makeError(ErrorKind::kNotFound, "no VM template in {}", dir);
+  json meta = json::parse(in, nullptr, false);
+  if (meta.is_discarded()) return makeError(ErrorKind::kInternal, "{}/template.json is not JSON", dir);
+  VmTemplate t;
+  t.dir = dir;
+  t.base_image = meta.value("base_image", "");
+  t.disk = meta.value("disk", false) ? dir + "/disk.qcow2" : "";
+  t.memory = dir + "/memory";
+  t.state = dir + "/state";
+  t.vcpus = meta.value("vcpus", 1u);
+  t.memory_mib = meta.value("memory_mib", 256u);
+  t.stamp = meta.value("stamp", "");
+  return t;
+}
+
 Result<VmTemplate> VmRuntime::ensureTemplate(const runtime::SandboxSpec& spec) {
   std::string dir = templateDir(spec);
-  auto load = [&]() -> Result<VmTemplate> {
-    std::ifstream in(dir + "/template.json");
-    if (!in) return makeError(ErrorKind::kNotFound, "no VM template in {}", dir);
-    json meta = json::parse(in, nullptr, false);
-    if (meta.is_discarded()) return makeError(ErrorKind::kInternal, "{}/template.json is not JSON", dir);
-    VmTemplate t;
-    t.dir = dir;
-    t.base_image = meta.value("base_image", "");
-    t.disk = meta.value("disk", false) ? dir + "/disk.qcow2" : "";
-    t.memory = dir + "/memory";
-    t.state = dir + "/state";
-    t.vcpus = meta.value("vcpus", 1u);
-    t.memory_mib = meta.value("memory_mib", 256u);
-    t.stamp = meta.value("stamp", "");
-    return t;
-  };
+  auto load = [&] { return readTemplate(dir); };
   if (auto t = load()) return t;
   std::shared_ptr<std::mutex> lock_of_key;
   {
@@ -527,11 +509,11 @@ Status VmRuntime::buildTemplate(const runtime::SandboxSpec& spec, const std::str
     (void)qmp->execute("quit", nullptr, Duration(5000));
     return ok();
   }();
-  if (!waitExit(*proc, std::chrono::seconds(10))) killQemu(proc->pid);
+  if (!waitExit(*proc, std::chrono::seconds(10))) killVmm(proc->pid);
   if (config_.confine) (void)cgroups_->remove(warm.id);
   if (!saved) {
     Error e = saved.error();
-    e.message += "; qemu: " + tailOf(VmPaths::in(qemu.dir).log, 400) + "; console: " + tailOf(qemu.console_file, 1200);
+    e.message += "; qemu: " + tailOfFile(VmPaths::in(qemu.dir).log, 400) + "; console: " + tailOfFile(qemu.console_file, 1200);
     cleanup();
     return tl::unexpected(e.context("warm vm template"));
   }
@@ -602,13 +584,13 @@ Result<int> VmRuntime::memoryFd(const VmTemplate& tpl) {
   return fd;
 }
 
-Result<runtime::Instance> VmRuntime::prepare(const runtime::SandboxSpec& spec) {
-  ASSIGN_OR_RETURN(VmTemplate tpl, ensureTemplate(spec));
-  std::string dir = vmDir(spec);
-  std::error_code ec;
-  fs::create_directories(dir, ec);
-  if (ec) return makeError(ErrorKind::kInternal, "create {}: {}", dir, ec.message());
-  uid_t uid = spec.uid_base ? spec.uid_base : config_.warm_uid;
+std::string VmRuntime::overlayPath(const std::string& id, const std::string& dir) const {
+  return config_.layers_dir.empty() ? dir + "/disk.qcow2" : config_.layers_dir + "/" + id + ".qcow2";
+}
+
+Result<QemuSpec> VmRuntime::restoringSpec(const runtime::SandboxSpec& spec, const VmTemplate& tpl, const std::string& dir,
+                                          const std::string& overlay, int* memory_fd,
+                                          std::vector<std::string>* read_only) {
   QemuSpec qemu = qemuSpecFor(spec, dir);
   // The restored machine must be the saved one: memory size and vCPUs come from the template.
   qemu.memory_mib = tpl.memory_mib;
@@ -620,20 +602,35 @@ Result<runtime::Instance> VmRuntime::prepare(const runtime::SandboxSpec& spec) {
   // device state names.)
   qemu.initrd.clear();
   if (access((tpl.dir + "/kernel.stub").c_str(), R_OK) == 0) qemu.kernel = tpl.dir + "/kernel.stub";
-  int memory_fd = -1;
+  *memory_fd = -1;
   if (config_.confine) {
-    ASSIGN_OR_RETURN(memory_fd, memoryFd(tpl));
+    ASSIGN_OR_RETURN(*memory_fd, memoryFd(tpl));
     qemu.memory_file = kMemoryFdPath;
   } else {
     qemu.memory_file = tpl.memory;
   }
-  std::vector<std::string> read_only;
+  read_only->clear();
   if (!tpl.disk.empty()) {
-    std::string overlay = dir + "/disk.qcow2";
+    qemu.disks.push_back({overlay, "qcow2", false});
+    *read_only = {tpl.disk, tpl.base_image};
+  }
+  return qemu;
+}
+
+Result<runtime::Instance> VmRuntime::prepare(const runtime::SandboxSpec& spec) {
+  ASSIGN_OR_RETURN(VmTemplate tpl, ensureTemplate(spec));
+  std::string dir = vmDir(spec);
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  if (ec) return makeError(ErrorKind::kInternal, "create {}: {}", dir, ec.message());
+  uid_t uid = spec.uid_base ? spec.uid_base : config_.warm_uid;
+  std::string overlay = overlayPath(spec.id, dir);
+  int memory_fd = -1;
+  std::vector<std::string> read_only;
+  ASSIGN_OR_RETURN(QemuSpec qemu, restoringSpec(spec, tpl, dir, overlay, &memory_fd, &read_only));
+  if (!tpl.disk.empty()) {
     TRY(createOverlay(tpl.disk, "qcow2", overlay));
     if (chown(overlay.c_str(), uid, uid) < 0) return sysError(errno, "chown {}", overlay);
-    qemu.disks.push_back({overlay, "qcow2", false});
-    read_only = {tpl.disk, tpl.base_image};
   }
   // The sandbox's network: a /30 and a host tap, recorded before the tap exists so that every later
   // failure (and destroy) can take both back.
@@ -649,13 +646,15 @@ Result<runtime::Instance> VmRuntime::prepare(const runtime::SandboxSpec& spec) {
     ASSIGN_OR_RETURN(tap, net::createSandboxTap(link, subnet));
     qemu.mac = macFor(subnet);
   }
-  ASSIGN_OR_RETURN(QemuProcess proc, spawn(qemu, spec.id, uid, read_only, memory_fd, qemu.memory_mib, {}, tap.get()));
+  std::vector<std::string> writable;
+  if (!tpl.disk.empty() && !config_.layers_dir.empty()) writable.push_back(overlay);
+  ASSIGN_OR_RETURN(QemuProcess proc, spawn(qemu, spec.id, uid, read_only, memory_fd, qemu.memory_mib, writable, tap.get()));
   tap.reset();  // QEMU holds it now: the tap lives as long as QEMU
   std::string cgroup = config_.confine ? spec.id : "";
   auto qmp = QmpClient::connect(VmPaths::in(dir).qmp, Duration(30000));
   if (!qmp) {
     Error e = qmp.error();
-    e.message += "; qemu: " + tailOf(VmPaths::in(dir).log, 400);
+    e.message += "; qemu: " + tailOfFile(VmPaths::in(dir).log, 400);
     killAndClean(proc.pid, cgroup);
     return tl::unexpected(e.context(fmt::format("prepare vm {}", spec.id)));
   }
@@ -663,7 +662,9 @@ Result<runtime::Instance> VmRuntime::prepare(const runtime::SandboxSpec& spec) {
     std::lock_guard lock(mu_);
     qmp_[spec.id] = std::move(*qmp);
   }
-  json extra = {{"cgroup", cgroup}, {"template", tpl.dir}, {"template_stamp", tpl.stamp}, {"restored", false}};
+  json extra = {{"cgroup", cgroup}, {"template", tpl.dir}, {"template_stamp", tpl.stamp}, {"restored", false},
+                {"memory_mib", tpl.memory_mib}};
+  if (!tpl.disk.empty()) extra["disk"] = overlay;
   if (!net_state.is_null()) extra["net"] = net_state;
   undo_net.dismiss();  // from here on destroy() takes the network back with the rest
   runtime::Instance inst = instanceOf(spec.id, proc.pid, dir, extra);
@@ -718,7 +719,7 @@ Status VmRuntime::activate(runtime::Instance& inst) {
   }();
   if (!done) {
     Error e = done.error();
-    e.message += "; qemu: " + tailOf(VmPaths::in(dir).log, 400);
+    e.message += "; qemu: " + tailOfFile(VmPaths::in(dir).log, 400);
     if (auto ring = qmp->execute("ringbuf-read", {{"device", kConsoleChardev}, {"size", 2048}, {"format", "utf8"}});
         ring && ring->is_string())
       e.message += "; console: " + ring->get<std::string>();
@@ -767,14 +768,6 @@ Status VmRuntime::resume(runtime::Instance& inst) {
   return ok();
 }
 
-Result<runtime::SnapshotRef> VmRuntime::snapshot(runtime::Instance& inst, runtime::SnapshotKind kind) {
-  return makeError(ErrorKind::kUnsupported, "vm snapshots are not implemented yet");
-}
-
-Result<runtime::Instance> VmRuntime::restore(const runtime::SnapshotRef& ref, const runtime::SandboxSpec& spec) {
-  return makeError(ErrorKind::kUnsupported, "vm restore from a sandbox snapshot is not implemented yet");
-}
-
 Status VmRuntime::destroy(const runtime::PersistedInstance& inst) {
   {
     std::lock_guard lock(mu_);
@@ -785,13 +778,20 @@ Status VmRuntime::destroy(const runtime::PersistedInstance& inst) {
   // A VM whose prepare was cut short (spaced died in it) has only its directory persisted: its QEMU, if
   // it got that far, is found by the QMP socket its command line names, and its cgroup by the id.
   if (pid <= 0 && !dir.empty()) pid = findQemuOf(dir);
-  if (isQemuOf(pid, dir)) killQemu(pid);
+  if (isQemuOf(pid, dir)) killVmm(pid);
   std::string cgroup = inst.state.value("cgroup", config_.confine && !inst.state.contains("pid") ? inst.id : "");
   if (cgroups_ && !cgroup.empty()) TRY(cgroups_->remove(cgroup));
   if (!dir.empty()) {
     std::error_code ec;
     fs::remove_all(dir, ec);
     if (ec) return makeError(ErrorKind::kInternal, "remove {}: {}", dir, ec.message());
+  }
+  // The overlay on the layer volume (a prepare cut short has not persisted it yet: found by the id).
+  if (!config_.layers_dir.empty()) {
+    std::string overlay = inst.state.value("disk", overlayPath(inst.id, dir));
+    if (overlay.rfind(config_.layers_dir + "/", 0) == 0 && unlink(overlay.c_str()) < 0 && errno != ENOENT)
+      return sysError(errno, "remove {}", overlay);
+    (void)unlink((overlay + ".next").c_str());
   }
   // The subnet, and the tap if it is still there (it went away with QEMU's descriptor).
   if (config_.network_pool) TRY(jail::detachNetwork(*config_.network_pool, inst.state));
@@ -839,7 +839,7 @@ Result<runtime::Usage> VmRuntime::usage(const runtime::PersistedInstance& inst) 
     u.cpu_usage_ns = (utime + stime) * (1000000000ull / static_cast<uint64_t>(sysconf(_SC_CLK_TCK)));
   }
   std::error_code ec;
-  auto disk = fs::file_size(inst.state.value("dir", "") + "/disk.qcow2", ec);
+  auto disk = fs::file_size(inst.state.value("disk", inst.state.value("dir", "") + "/disk.qcow2"), ec);
   if (!ec) u.disk_bytes = disk;
   return u;
 }

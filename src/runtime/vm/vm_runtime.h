@@ -49,6 +49,10 @@ struct VmConfig {
   // gateway at prepare; its guest configures the sandbox end at hand-over. Null: the VM's NIC hangs off
   // an empty hub (no network).
   std::shared_ptr<net::AddressPool> network_pool;
+  // Where VM disk overlays and VM snapshots live: the layer volume's layers/ and snapshots/ (it shares
+  // blocks between files, so a snapshot, rollback or fork clones an overlay instead of copying it;
+  // runtime/jail/layer_volume.h). Empty: overlays in each VM's directory, no snapshots.
+  std::string layers_dir, snapshots_dir;
 };
 
 // A template's VM artifacts for one machine shape, made once (VmRuntime::ensureTemplate) and never
@@ -64,6 +68,9 @@ struct VmTemplate {
   std::string stamp;       // random, per build: VMMs prepared from an older build are refused
 };
 
+// The template artifacts made in dir (its template.json).
+Result<VmTemplate> readTemplate(const std::string& dir);
+
 class VmRuntime : public runtime::Runtime {
  public:
   // Checks the guest artifacts and the accelerator choice.
@@ -71,7 +78,10 @@ class VmRuntime : public runtime::Runtime {
   ~VmRuntime() override;
 
   std::string name() const override { return "vm"; }
-  runtime::Capabilities capabilities() const override { return {.pause = true}; }
+  runtime::Capabilities capabilities() const override {
+    bool snap = !config_.snapshots_dir.empty();
+    return {.pause = true, .snapshot_filesystem = snap, .snapshot_memory = snap, .rollback = snap, .fork = snap};
+  }
 
   // The template's artifacts for spec's shape (vCPUs, memory, disk), made on first use: ext4 image of
   // spec.template_rootfs, then one VM booted from it whose RAM and device state are saved. Concurrent
@@ -91,6 +101,7 @@ class VmRuntime : public runtime::Runtime {
   Status resume(runtime::Instance& inst) override;
   Result<runtime::SnapshotRef> snapshot(runtime::Instance& inst, runtime::SnapshotKind kind) override;
   Result<runtime::Instance> restore(const runtime::SnapshotRef& ref, const runtime::SandboxSpec& spec) override;
+  Result<runtime::Instance> rollback(runtime::Instance& inst, const runtime::SnapshotRef& ref) override;
   Status destroy(const runtime::PersistedInstance& inst) override;
   Result<runtime::Instance> reattach(const runtime::PersistedInstance& inst) override;
   Result<runtime::Usage> usage(const runtime::PersistedInstance& inst) override;
@@ -112,6 +123,19 @@ class VmRuntime : public runtime::Runtime {
   // The template's RAM as a sealed memfd (copied once per daemon): a confined VMM maps it privately
   // without any path to, or write access on, the template's file.
   Result<int> memoryFd(const VmTemplate& tpl);
+  // The inode of the file a VMM of tpl maps as guest RAM (the memfd when confined), to find the mapping.
+  Result<ino_t> memoryInode(const VmTemplate& tpl);
+  // Where the VM of sandbox `id` in `dir` keeps its disk overlay.
+  std::string overlayPath(const std::string& id, const std::string& dir) const;
+  // The QemuSpec of a VMM that restores tpl's machine (started stopped, waiting for a device state), with
+  // the descriptor of the template's RAM it must inherit (-1 unconfined) and the files it reads.
+  Result<QemuSpec> restoringSpec(const runtime::SandboxSpec& spec, const VmTemplate& tpl, const std::string& dir,
+                                 const std::string& overlay, int* memory_fd, std::vector<std::string>* read_only);
+  // A VMM for a sandbox snapshot (vm_snapshot.cc): spawned like a template restore, then the snapshot's
+  // guest pages written into its RAM, its device state loaded and its agent connected.
+  Result<runtime::Instance> startFromSnapshot(const runtime::SandboxSpec& spec, const std::string& snapshot_dir,
+                                              const VmTemplate& tpl, const std::string& overlay, UniqueFd tap,
+                                              nlohmann::json extra);
   // Spawns QEMU (confined unless disabled) in its cgroup; `cgroup_id` names the group.
   Result<QemuProcess> spawn(const QemuSpec& qemu, const std::string& cgroup_id, uid_t uid,
                             const std::vector<std::string>& read_only, int memory_fd, uint64_t memory_mib,
@@ -139,6 +163,10 @@ class VmRuntime : public runtime::Runtime {
 // The host's TSC frequency in kHz (0 when unknown). Under TCG the guest reads the host's TSC, and the
 // guest kernel cannot calibrate it on microvm (no PIT/HPET reference): SPACE passes tsc_early_khz.
 uint64_t hostTscKhz();
+
+// The NIC's address of a VM on `subnet`: locally administered, unicast, unique per /30 (its index's low
+// 24 bits).
+std::string macFor(const net::SandboxSubnet& subnet);
 
 // Builds a raw ext4 image of `tree` at `out` (size bytes, sparse), atomically (temporary name, fsync, rename).
 Status buildExt4Image(const std::string& tree, const std::string& out, uint64_t size_bytes);
