@@ -330,3 +330,35 @@ def test_pooled_vm_has_its_tap_before_the_request_and_its_network_after(vm_net, 
         assert "rc=0" not in r.out, r.out
     finally:
         d.client.delete(sid)
+
+
+def test_forked_and_rolled_back_vms_each_reach_the_gateway_as_themselves(vm_net, upstream):
+    """A fork child restores its parent's memory (its NIC configured with the parent's address) and gets
+    its own /30, tap and address at hand-over; a rolled-back VM keeps its own. Each request is audited
+    under the sandbox that made it."""
+    d = vm_net
+    parent = create_vm(d, network=ALLOW_ALLOWED)
+    kids = []
+    try:
+        assert sh(d, parent, f"{WGET} http://allowed.test/parent-before").exit_code == 0
+        s = d.client.call("POST", f"/v1/sandboxes/{parent}/snapshots", {})
+        out = d.client.call("POST", f"/v1/sandboxes/{parent}/fork", {"count": 2, "snapshot": s["id"]})
+        kids = [k["id"] for k in out["sandboxes"]]
+        subnets = {sid: d.client.call("GET", f"/v1/sandboxes/{sid}/network")["subnet"] for sid in [parent] + kids}
+        assert len(set(subnets.values())) == 3, subnets
+        for sid in [parent] + kids:
+            addr = sh(d, sid, "ip -4 -o addr show | grep -v ' lo '").out.strip()
+            assert len(addr.splitlines()) == 1, (sid, addr)
+            want = subnets[sid].split("/")[0].rsplit(".", 1)
+            assert f"{want[0]}.{int(want[1]) + 2}/30" in addr, (sid, addr, subnets[sid])
+            r = sh(d, sid, f"{WGET} http://allowed.test/from-{sid}")
+            assert r.exit_code == 0 and f'"path": "/from-{sid}"' in r.out, (sid, r.out, r.err)
+            assert any(x.get("verdict") == "allow" and f"/from-{sid}" in json.dumps(x) for x in net_log(d, sid)), sid
+            assert not sh(d, sid, f"{WGET} http://other.test/denied-{sid}; echo rc=$?").out.strip().endswith("rc=0")
+        d.client.call("POST", f"/v1/sandboxes/{parent}/rollback", {"snapshot": s["id"]})
+        r = sh(d, parent, f"{WGET} http://allowed.test/parent-after-rollback")
+        assert r.exit_code == 0 and '"path": "/parent-after-rollback"' in r.out, (r.out, r.err)
+        assert d.client.call("GET", f"/v1/sandboxes/{parent}/network")["subnet"] == subnets[parent]
+    finally:
+        for sid in kids + [parent]:
+            d.client.delete(sid)
