@@ -187,7 +187,10 @@ Result<runtime::Instance> VmRuntime::startFromSnapshot(const runtime::SandboxSpe
 
   std::vector<std::string> writable;
   if (!tpl.disk.empty() && !config_.layers_dir.empty()) writable.push_back(overlay);
+  auto t0 = Clock::now();
   ASSIGN_OR_RETURN(QemuProcess proc, spawn(qemu, spec.id, uid, read_only, memory_fd, qemu.memory_mib, writable, tap.get()));
+  auto t_spawn = Clock::now();
+  Clock::time_point t_qmp, t_pages, t_state;
   tap.reset();
   std::string cgroup = config_.confine ? spec.id : "";
   extra["cgroup"] = cgroup;
@@ -195,10 +198,13 @@ Result<runtime::Instance> VmRuntime::startFromSnapshot(const runtime::SandboxSpe
   std::unique_ptr<QmpClient> qmp;
   auto started = [&]() -> Result<std::shared_ptr<agent::AgentClient>> {
     ASSIGN_OR_RETURN(qmp, QmpClient::connect(VmPaths::in(dir).qmp, Duration(30000)));
+    t_qmp = Clock::now();
     // The VMM is initialised (it answers QMP): its RAM is mapped, the guest not yet running.
     ASSIGN_OR_RETURN(RamMapping ram, findRamMapping(proc.pid, ram_inode, tpl.memory_mib * kMiB));
     TRY(loadGuestPages(proc.pid, ram, pages, memory.get()));
+    t_pages = Clock::now();
     TRY(loadDeviceState(*qmp, snapshot_dir + "/state", std::chrono::seconds(60)));
+    t_state = Clock::now();
     // The guest resumes inside the snapshot's agent session; a new hello starts a fresh one. Bytes of the
     // old session still in flight can spoil the first handshake: the second starts clean.
     auto agent = connectAgent(dir, std::min(deadline, Clock::now() + std::chrono::seconds(10)));
@@ -212,6 +218,10 @@ Result<runtime::Instance> VmRuntime::startFromSnapshot(const runtime::SandboxSpe
     killAndClean(proc.pid, cgroup);
     return tl::unexpected(e.context(fmt::format("restore vm {} from snapshot", spec.id)));
   }
+  auto us = [](auto d) { return std::chrono::duration_cast<std::chrono::microseconds>(d).count(); };
+  spdlog::debug("vm {} from snapshot: spawn {} us, qmp {} us, {} pages {} us, device state {} us, agent {} us", spec.id,
+                us(t_spawn - t0), us(t_qmp - t_spawn), pages.count(), us(t_pages - t_qmp), us(t_state - t_pages),
+                us(Clock::now() - t_state));
   runtime::Instance inst = instanceOf(spec.id, proc.pid, dir, extra);
   inst.agent = std::move(*started);
   std::lock_guard lock(mu_);
@@ -281,6 +291,7 @@ Result<runtime::Instance> VmRuntime::rollback(runtime::Instance& inst, const run
     TRY(jail::cloneFile(ref.path + "/disk.qcow2", next, 0600, /*durable=*/false));
     if (chown(next.c_str(), uid, uid) < 0) return sysError(errno, "chown {}", next);
   }
+  auto t0 = Clock::now();
   {
     std::lock_guard lock(mu_);
     qmp_.erase(inst.id);
@@ -288,8 +299,12 @@ Result<runtime::Instance> VmRuntime::rollback(runtime::Instance& inst, const run
   inst.agent.reset();
   pid_t pid = state.value("pid", 0);
   if (isQemuOf(pid, dir)) killVmm(pid);
+  auto t_kill = Clock::now();
   std::string cgroup = state.value("cgroup", "");
   if (cgroups_ && !cgroup.empty()) TRY(cgroups_->remove(cgroup));
+  spdlog::debug("vm {} rollback: old VMM gone in {} us, cgroup {} us", inst.id,
+                std::chrono::duration_cast<std::chrono::microseconds>(t_kill - t0).count(),
+                std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() - t_kill).count());
   if (meta.value("disk", false) && !overlay.empty() && rename((overlay + ".next").c_str(), overlay.c_str()) < 0)
     return sysError(errno, "rename {}.next", overlay);
   // The same network identity: the same tap name on the same /30 (the old one went with its VMM).
