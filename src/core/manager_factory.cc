@@ -6,6 +6,7 @@
 
 #include "core/egress_supervisor.h"
 #include "core/manager_impl.h"
+#include "core/memory_sealer.h"
 #include "runtime/jail/jail_runtime.h"
 
 namespace space::core {
@@ -87,6 +88,7 @@ Result<std::unique_ptr<SandboxManager>> makeSandboxManager(const DaemonConfig& c
     if (egress) vm_config.network_pool = egress->pool;
     vm_config.layers_dir = jail->volume().layersDir();
     vm_config.snapshots_dir = jail->volume().snapshotsDir();
+    vm_config.memory_sealer = makeMemorySealer(config.snapshot_kek, config.state_dir + "/keys", config.snapshot_tenant);
     auto made = vm::VmRuntime::create(vm_config);
     if (made) {
       vm = std::move(*made);

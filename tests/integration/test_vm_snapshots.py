@@ -150,6 +150,9 @@ def test_snapshot_of_a_paused_vm_leaves_it_paused(client, make_vm):
 
 def test_snapshot_files_hold_only_the_pages_the_guest_wrote(client, daemon, make_vm):
     sid = make_vm()
+    marker = "MEMONLY" + os.urandom(8).hex()
+    client.start_process(sid, shell=f"m=MEMONLY; m=${{m}}{marker[7:]}; : > /tmp/m.ok; while true; do echo $m > /dev/null; sleep 0.2; done")
+    wait_for(lambda: client.sh(sid, "test -e /tmp/m.ok && echo y").out.strip() == "y", timeout=30, what="the marker")
     s = client.call("POST", f"/v1/sandboxes/{sid}/snapshots", {})
     root = next(r for r in (daemon.state / "volume" / "snapshots", daemon.state / "snapshots")
                 if (r / s["id"]).is_dir())
@@ -160,6 +163,9 @@ def test_snapshot_files_hold_only_the_pages_the_guest_wrote(client, daemon, make
     # Sparse: far less than the guest's RAM is stored (the rest is the template's).
     assert allocated < os.path.getsize(mem) / 2, (allocated, os.path.getsize(mem))
     assert oct(os.stat(mem).st_mode & 0o777) == "0o400"
+    # Without a key the guest's memory is stored in the clear (root-only): a value only a guest process
+    # holds is in it. (The sealed case is test_vm_snapshot_memory_is_sealed_with_the_customers_key.)
+    assert marker.encode() in mem.read_bytes()
     client.call("DELETE", f"/v1/snapshots/{s['id']}")
     assert s["id"] not in snapshot_dirs(daemon)
 
@@ -188,3 +194,36 @@ def test_rolled_back_vm_survives_kill9_of_spaced(own_daemon):
         c2.get(sid)
     layers = [p for p in (d.state / "volume" / "layers", d.state / "layers") if p.is_dir()]
     assert not any(f.startswith(sid) for p in layers for f in os.listdir(p)), "the VM's overlay was left behind"
+
+
+def test_vm_snapshot_memory_is_sealed_with_the_customers_key(own_daemon, tmp_path):
+    """With snapshot_kek set, a VM snapshot's guest pages are stored only sealed (AES-256-GCM under the
+    tenant's data key): a marker that lives only in a guest process's memory is not in any snapshot file
+    in the clear, and a rollback from the sealed snapshot still continues that process."""
+    key = tmp_path / "kek"
+    key.write_bytes(os.urandom(32))
+    key.chmod(0o600)
+    d = own_daemon({"pool_size": 0, "vm_pool_size": 0, "default_template": "busybox", "snapshot_kek": f"file:{key}"})
+    c = d.client
+    reason = vm_unavailable_reason(c)
+    if reason:
+        pytest.skip(reason)
+    c.call("POST", "/v1/templates/busybox/warm", {})
+    sid = c.create(template="busybox", isolation="vm")["id"]
+    marker = "MEMONLY" + os.urandom(8).hex()
+    # The marker is built at run time inside the guest (never on its disk): only in the shell's memory.
+    bg = c.start_process(sid, shell=f"m=MEMONLY; m=${{m}}{marker[7:]}; : > /tmp/m.ok; while true; do echo $m > /dev/null; sleep 0.2; done")
+    wait_for(lambda: c.sh(sid, "test -e /tmp/m.ok && echo y").out.strip() == "y", timeout=30, what="the marker")
+    s = c.call("POST", f"/v1/sandboxes/{sid}/snapshots", {})
+    root = next(r for r in (d.state / "volume" / "snapshots", d.state / "snapshots") if (r / s["id"]).is_dir())
+    files = sorted(os.listdir(root / s["id"]))
+    assert "memory.sealed" in files and "memory" not in files, files
+    for f in files:
+        assert marker.encode() not in (root / s["id"] / f).read_bytes(), f"{f} holds the marker in the clear"
+    c.sh(sid, "echo after > /root/after.txt")
+    c.call("POST", f"/v1/sandboxes/{sid}/rollback", {"snapshot": s["id"]})
+    assert c.sh(sid, "test -e /root/after.txt || echo gone").out.strip() == "gone"
+    assert {p["id"]: p for p in c.processes(sid)}[bg["id"]]["running"] is True
+    # Nothing of the clear memory stays in the tmpfs it was opened into.
+    assert not [f for f in os.listdir("/dev/shm") if f.startswith("space-vm-memory-")]
+    c.delete(sid)

@@ -24,6 +24,16 @@ namespace space::vm {
 
 enum class AccelMode { kAuto, kKvm, kTcg };
 
+// Encryption at rest of the guest memory in VM snapshots, with the customer's key (set by the manager when
+// snapshot_kek is configured; docs/snapshot-archive.md). Paths name whole files; seal and open replace
+// their output atomically.
+class MemorySealer {
+ public:
+  virtual ~MemorySealer() = default;
+  virtual Status seal(const std::string& plain_path, const std::string& sealed_path) = 0;
+  virtual Status open(const std::string& sealed_path, const std::string& plain_path) = 0;
+};
+
 struct VmConfig {
   std::string state_dir;  // VMs live in <state_dir>/vms/<id> unless the spec names a dir; templates in <state_dir>/vm
   std::string qemu = "qemu-system-x86_64";
@@ -53,6 +63,10 @@ struct VmConfig {
   // blocks between files, so a snapshot, rollback or fork clones an overlay instead of copying it;
   // runtime/jail/layer_volume.h). Empty: overlays in each VM's directory, no snapshots.
   std::string layers_dir, snapshots_dir;
+  // Null: a snapshot's memory is stored in the clear (root-only, mode 0400).
+  std::shared_ptr<MemorySealer> memory_sealer;
+  // Where a sealed memory is opened for a restore: a tmpfs, so the clear pages never reach a disk.
+  std::string clear_memory_dir = "/dev/shm";
 };
 
 // A template's VM artifacts for one machine shape, made once (VmRuntime::ensureTemplate) and never

@@ -138,7 +138,17 @@ Result<runtime::SnapshotRef> VmRuntime::snapshot(runtime::Instance& inst, runtim
   ASSIGN_OR_RETURN(RamMapping ram, findRamMapping(pid, ram_inode, tpl.memory_mib * kMiB));
   ASSIGN_OR_RETURN(PageSet pages, privatePages(pid, ram));
   uint64_t memory_bytes = 0;
-  {
+  // With a key the clear pages go to a tmpfs (clear_memory_dir) and only their sealed form to disk.
+  std::string clear;
+  Defer drop_clear([&] {
+    if (!clear.empty()) (void)unlink(clear.c_str());
+  });
+  if (config_.memory_sealer) {
+    clear = fmt::format("{}/space-vm-memory-{}", config_.clear_memory_dir, randomHex(8));
+    UniqueFd mem(open(clear.c_str(), O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600));
+    if (!mem) return sysError(errno, "create {}", clear);
+    ASSIGN_OR_RETURN(memory_bytes, saveGuestPages(pid, ram, pages, mem.get()));
+  } else {
     UniqueFd mem(open((tmp + "/memory").c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0400));
     if (!mem) return sysError(errno, "create {}/memory", tmp);
     ASSIGN_OR_RETURN(memory_bytes, saveGuestPages(pid, ram, pages, mem.get()));
@@ -150,13 +160,19 @@ Result<runtime::SnapshotRef> VmRuntime::snapshot(runtime::Instance& inst, runtim
   running = false;
   auto stopped = Clock::now() - t0;
 
-  for (const char* f : {"/state", "/memory"}) TRY(syncFile(tmp + f));
+  if (!clear.empty()) {
+    TRY(config_.memory_sealer->seal(clear, tmp + "/memory.sealed"));
+    (void)unlink(clear.c_str());
+    clear.clear();
+    if (chmod((tmp + "/memory.sealed").c_str(), 0400) < 0) return sysError(errno, "chmod {}/memory.sealed", tmp);
+  }
+  for (const char* f : {"/state", config_.memory_sealer ? "/memory.sealed" : "/memory"}) TRY(syncFile(tmp + f));
   if (!disk.empty()) TRY(syncFile(tmp + "/disk.qcow2"));
   TRY(writeFileSynced(tmp + "/memory.pages", pages.serialize()));
   json meta = {{"runtime", "vm"},       {"kind", "full"},           {"sandbox", inst.id},
                {"template", tpl.dir},   {"template_stamp", tpl.stamp}, {"memory_mib", tpl.memory_mib},
                {"vcpus", tpl.vcpus},    {"pages", pages.count()},   {"disk", !disk.empty()},
-               {"paused", paused}};
+               {"paused", paused},      {"memory_sealed", config_.memory_sealer != nullptr}};
   TRY(writeFileSynced(tmp + "/snapshot.json", meta.dump(2) + "\n"));
   TRY(jail::syncDir(tmp));
   if (rename(tmp.c_str(), ref.path.c_str()) < 0) return sysError(errno, "rename {}", tmp);
@@ -182,8 +198,23 @@ Result<runtime::Instance> VmRuntime::startFromSnapshot(const runtime::SandboxSpe
   ASSIGN_OR_RETURN(ino_t ram_inode, memoryInode(tpl));
   ASSIGN_OR_RETURN(std::string page_bits, readWhole(snapshot_dir + "/memory.pages", 64 << 20));
   ASSIGN_OR_RETURN(PageSet pages, PageSet::parse(page_bits, tpl.memory_mib * kMiB / kPageBytes));
-  UniqueFd memory(open((snapshot_dir + "/memory").c_str(), O_RDONLY | O_CLOEXEC));
-  if (!memory) return sysError(errno, "open {}/memory", snapshot_dir);
+  UniqueFd memory;
+  if (access((snapshot_dir + "/memory.sealed").c_str(), F_OK) == 0) {
+    if (!config_.memory_sealer)
+      return makeError(ErrorKind::kConflict, "the memory of snapshot {} is sealed and no snapshot_kek is configured",
+                       fs::path(snapshot_dir).filename().string());
+    // Opened into a tmpfs, then unlinked: only this descriptor holds the clear pages.
+    std::string clear = fmt::format("{}/space-vm-memory-{}", config_.clear_memory_dir, randomHex(8));
+    auto opened = config_.memory_sealer->open(snapshot_dir + "/memory.sealed", clear);
+    if (opened) memory.reset(open(clear.c_str(), O_RDONLY | O_CLOEXEC));
+    int err = errno;
+    (void)unlink(clear.c_str());
+    if (!opened) return tl::unexpected(opened.error());
+    if (!memory) return sysError(err, "open {}", clear);
+  } else {
+    memory.reset(open((snapshot_dir + "/memory").c_str(), O_RDONLY | O_CLOEXEC));
+    if (!memory) return sysError(errno, "open {}/memory", snapshot_dir);
+  }
 
   std::vector<std::string> writable;
   if (!tpl.disk.empty() && !config_.layers_dir.empty()) writable.push_back(overlay);
