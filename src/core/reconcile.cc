@@ -22,9 +22,11 @@ Status Manager::reconcile() {
     runtime::PersistedInstance persisted{rec.id, rec.runtime, rec.persisted};
     if (rec.state == "running" || rec.state == "paused") {
       // A frozen agent cannot answer the handshake: thaw every sandbox for the reconnect (a running one
-      // may have been frozen by a snapshot when spaced died), then pause the paused ones again.
+      // may have been frozen, or its VM stopped, by a snapshot when spaced died), then pause the paused
+      // ones again. A pooled VM stays parked (stopped until a create takes it).
       bool paused = rec.state == "paused";
-      if (rec.runtime == "jail" || paused) {
+      bool parked = rec.pooled && rec.persisted.value("parked", false);
+      if (!parked) {
         runtime::Instance frozen;
         frozen.id = rec.id;
         frozen.persisted = persisted;

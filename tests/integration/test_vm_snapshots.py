@@ -227,3 +227,58 @@ def test_vm_snapshot_memory_is_sealed_with_the_customers_key(own_daemon, tmp_pat
     # Nothing of the clear memory stays in the tmpfs it was opened into.
     assert not [f for f in os.listdir("/dev/shm") if f.startswith("space-vm-memory-")]
     c.delete(sid)
+
+
+def test_kill9_during_vm_snapshots_leaves_the_vm_running_and_whole_snapshots(own_daemon):
+    """spaced is killed while a VM snapshot is being made (its guest stopped, a .tmp directory on the
+    volume): after the restart the VM runs on (its processes advance), every listed snapshot is whole and
+    rolls back, and the unfinished one is gone."""
+    import threading
+    import time
+    d = own_daemon({"pool_size": 0, "vm_pool_size": 0, "default_template": "busybox"})
+    c = d.client
+    reason = vm_unavailable_reason(c)
+    if reason:
+        pytest.skip(reason)
+    c.call("POST", "/v1/templates/busybox/warm", {})
+    sid = c.create(template="busybox", isolation="vm")["id"]
+    start_counter(c, sid)
+    c.upload(sid, "/root/keep.txt", b"kept\n")
+    c.call("POST", f"/v1/sandboxes/{sid}/snapshots", {})  # one whole snapshot before the kill
+    stop = threading.Event()
+
+    def hammer():
+        while not stop.is_set():
+            try:
+                c.call("POST", f"/v1/sandboxes/{sid}/snapshots", {}, timeout=30)
+            except Exception:  # noqa: BLE001 - the daemon dies under it
+                return
+
+    t = threading.Thread(target=hammer)
+    t.start()
+    vol = d.state / "volume" / "snapshots"
+    deadline = time.monotonic() + 60
+    def guest_stopped():
+        # The guest is stopped from its device state until its disk is cloned.
+        for n in os.listdir(vol):
+            if n.endswith(".tmp"):
+                files = set(os.listdir(vol / n)) if (vol / n).is_dir() else set()
+                if "state" in files and "disk.qcow2" not in files:
+                    return True
+        return False
+
+    while time.monotonic() < deadline and not guest_stopped():
+        time.sleep(0.001)
+    d.kill9()
+    stop.set()
+    t.join(30)
+    d.start()
+    assert c.get(sid)["state"] == "running"
+    n = count(c, sid)
+    wait_for(lambda: count(c, sid) > n, timeout=60, what="the guest to run on after the restart")
+    listed = c.call("GET", f"/v1/sandboxes/{sid}/snapshots")["snapshots"]
+    assert listed and snapshot_dirs(d) == {s["id"] for s in listed}, (listed, snapshot_dirs(d))
+    c.upload(sid, "/root/keep.txt", b"changed\n")
+    c.call("POST", f"/v1/sandboxes/{sid}/rollback", {"snapshot": listed[-1]["id"]})
+    assert c.download(sid, "/root/keep.txt") == b"kept\n"
+    c.delete(sid)
