@@ -242,6 +242,7 @@ Result<SandboxView> Manager::rollback(const std::string& id, const std::string& 
       for (auto& c : seed) c = static_cast<unsigned char>(rd());
       identity.rng_seed_hex = toHex(seed, sizeof seed);
       identity.clock_unix_ms = nowUnixMs();
+      identity.hostname = rec.id;  // an imported snapshot comes from another sandbox
     }
     TRY(next->agent->setIdentity(identity));
   }
@@ -366,8 +367,8 @@ Result<store::SnapshotRecord> Manager::importSnapshot(const std::string& id, con
   ASSIGN_OR_RETURN(store::SandboxRecord rec, store_->getSandbox(id));
   if (rec.pooled) return makeError(ErrorKind::kNotFound, "sandbox {} not found", id);
   auto* jail = dynamic_cast<jail::JailRuntime*>(jail_.get());
-  if (rec.runtime != "jail" || !jail)
-    return makeError(ErrorKind::kUnsupported, "snapshots of the {} runtime are not supported yet", rec.runtime);
+  if (!jail || (rec.runtime != "jail" && !(rec.runtime == "vm" && vm_)))
+    return makeError(ErrorKind::kUnsupported, "snapshots of the {} runtime are not supported", rec.runtime);
   ASSIGN_OR_RETURN(auto kek, archive::kekFromSpec(config_.snapshot_kek));
   store::SnapshotRecord s;
   s.id = "snap-" + randomHex(8);
@@ -380,6 +381,37 @@ Result<store::SnapshotRecord> Manager::importSnapshot(const std::string& id, con
   std::ifstream in(s.path + "/snapshot.json");
   auto meta = nlohmann::json::parse(in, nullptr, false);
   std::error_code ec;
+  if (rec.runtime == "vm") {
+    // A VM snapshot holds the guest's pages relative to its template and a disk on the template's disk:
+    // it fits only a VM of the very same template build and machine shape.
+    if (!meta.is_object() || meta.value("runtime", "") != "vm" || meta.value("kind", "") != "full")
+      return makeError(ErrorKind::kInvalidArgument, "the archive does not hold a vm snapshot");
+    if (meta.value("template", "") != rec.persisted.value("template", "") ||
+        meta.value("template_stamp", "") != rec.persisted.value("template_stamp", ""))
+      return makeError(ErrorKind::kInvalidArgument, "the vm snapshot was made from another build or shape of the "
+                       "template than sandbox {} runs", id);
+    bool sealed = std::filesystem::is_regular_file(s.path + "/memory.sealed", ec);
+    for (const char* f : {"state", "memory.pages"})
+      if (!std::filesystem::is_regular_file(s.path + "/" + f, ec))
+        return makeError(ErrorKind::kInvalidArgument, "the vm snapshot lacks its {}", f);
+    if (!sealed && !std::filesystem::is_regular_file(s.path + "/memory", ec))
+      return makeError(ErrorKind::kInvalidArgument, "the vm snapshot lacks its memory");
+    if (meta.value("disk", false) && !std::filesystem::is_regular_file(s.path + "/disk.qcow2", ec))
+      return makeError(ErrorKind::kInvalidArgument, "the vm snapshot lacks its disk");
+    s.sandbox_id = id;
+    s.runtime = "vm";
+    s.kind = "full";
+    s.origin = "import";
+    s.created_ms = nowUnixMs();
+    s.size_bytes = 0;
+    for (const auto& e : std::filesystem::directory_iterator(s.path, ec)) {
+      struct stat fst;
+      if (lstat(e.path().c_str(), &fst) == 0) s.size_bytes += static_cast<uint64_t>(fst.st_blocks) * 512;
+    }
+    TRY(store_->insertSnapshot(s));
+    drop.dismiss();
+    return s;
+  }
   if (!meta.is_object() || meta.value("runtime", "") != "jail" || meta.value("kind", "") != "filesystem" ||
       !meta.contains("uid_base") || !std::filesystem::is_regular_file(s.path + "/disk.img", ec))
     return makeError(ErrorKind::kInvalidArgument, "the archive does not hold a jail snapshot");

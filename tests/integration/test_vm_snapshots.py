@@ -8,6 +8,7 @@ import re
 
 import pytest
 
+import spacelib
 from spacefixtures import vm_unavailable_reason
 from spacelib import ApiError, Daemon, wait_for
 
@@ -226,7 +227,29 @@ def test_vm_snapshot_memory_is_sealed_with_the_customers_key(own_daemon, tmp_pat
     assert {p["id"]: p for p in c.processes(sid)}[bg["id"]]["running"] is True
     # Nothing of the clear memory stays in the tmpfs it was opened into.
     assert not [f for f in os.listdir("/dev/shm") if f.startswith("space-vm-memory-")]
-    c.delete(sid)
+    # Export and import into another VM of the same template: a rollback there continues this VM's
+    # process, with this VM's files. A jail cannot take a VM snapshot.
+    c.sh(sid, "echo exported > /root/exported.txt")
+    s2 = c.call("POST", f"/v1/sandboxes/{sid}/snapshots", {})
+    archive = tmp_path / "vm.spacearchive"
+    r = spacelib.run_cli(d.sock, "snapshot", "export", s2["id"], "-o", str(archive))
+    assert r.returncode == 0, r.stderr
+    assert marker.encode() not in archive.read_bytes()
+    other = c.create(template="busybox", isolation="vm")["id"]
+    r = spacelib.run_cli(d.sock, "snapshot", "import", str(archive), "--sandbox", other)
+    assert r.returncode == 0, r.stderr
+    imported = r.stdout.decode().strip()
+    assert SNAP_RE.match(imported)
+    c.call("POST", f"/v1/sandboxes/{other}/rollback", {"snapshot": imported})
+    assert c.download(other, "/root/exported.txt") == b"exported\n"
+    assert {p["id"]: p for p in c.processes(other)}[bg["id"]]["running"] is True
+    assert c.sh(other, "hostname").out.strip() == other
+    jail = c.create(template="busybox", isolation="jail")["id"]
+    r = spacelib.run_cli(d.sock, "snapshot", "import", str(archive), "--sandbox", jail)
+    assert r.returncode != 0 and b"jail snapshot" in r.stderr, r
+    assert c.call("GET", f"/v1/sandboxes/{jail}/snapshots")["snapshots"] == []
+    for x in (sid, other, jail):
+        c.delete(x)
 
 
 def test_kill9_during_vm_snapshots_leaves_the_vm_running_and_whole_snapshots(own_daemon):
