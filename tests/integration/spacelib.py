@@ -715,6 +715,17 @@ def cgroup_file(sid: str, controller: str, name: str) -> str | None:
     return None
 
 
+def frozen_state(sid: str) -> bool | None:
+    """Whether the kernel holds the sandbox's cgroup frozen: its cgroup2 group (cgroup.freeze; on a hybrid
+    host its twin on the unified hierarchy) or else its v1 freezer. None: no freezer found."""
+    for d in cgroup_dirs(sid):
+        events = read(d / "cgroup.events", None)
+        if events is not None and (d / "cgroup.freeze").exists():
+            return "frozen 1" in events.splitlines()
+    state = cgroup_file(sid, "freezer", "freezer.state")
+    return None if state is None else state.strip() == "FROZEN"
+
+
 def all_mountpoints(pid: int | str = "self") -> list[str]:
     out = []
     for line in read(f"/proc/{pid}/mountinfo").splitlines():

@@ -287,9 +287,8 @@ def test_idle_sandbox_pauses_itself_and_the_next_use_resumes_it(client, make_san
     wait_for(lambda: client.get(sid)["state"] == "paused", timeout=20, what="the idle sandbox to pause")
     got = client.get(sid)
     assert got["auto_paused"] is True and got["idle_pause_s"] == 1
-    state = spacelib.cgroup_file(sid, "freezer", "freezer.state")
-    if state is not None:
-        assert state.strip() == "FROZEN"
+    frozen = spacelib.frozen_state(sid)
+    assert frozen is not False, "the sandbox's cgroup is not frozen"
     assert client.download(sid, "/root/f") == b"kept"  # the call wakes it
     assert client.get(sid)["state"] == "running"
     # Paused by its owner: no automatic wake-up.
@@ -312,9 +311,8 @@ def test_paused_sandbox_survives_a_daemon_kill_and_resumes_intact(own_daemon):
     d.kill9()
     d.start()
     assert c.get(sid)["state"] == "paused"
-    state = spacelib.cgroup_file(sid, "freezer", "freezer.state")
-    if state is not None:
-        assert state.strip() == "FROZEN"
+    frozen = spacelib.frozen_state(sid)
+    assert frozen is not False, "the sandbox's cgroup is not frozen"
     for _ in range(2):
         c.call("POST", f"/v1/sandboxes/{sid}/resume")
         assert c.download(sid, "/root/f") == b"kept"

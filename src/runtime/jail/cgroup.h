@@ -59,7 +59,9 @@ class CgroupBackend {
   virtual std::vector<std::string> listGroups() = 0;
 };
 
-std::unique_ptr<CgroupBackend> makeCgroupV1(const std::string& root, const std::string& parent);
+// unified: the hybrid host's cgroup2 mount ("" when none): groups get a twin there for cgroup.freeze.
+std::unique_ptr<CgroupBackend> makeCgroupV1(const std::string& root, const std::string& parent,
+                                            const std::string& unified = "");
 std::unique_ptr<CgroupBackend> makeCgroupV2(const std::string& root, const std::string& parent);
 Result<std::unique_ptr<CgroupBackend>> makeCgroupBackend(const std::string& parent);
 
@@ -68,6 +70,9 @@ Status writeCgroupFile(const std::string& path, const std::string& value);
 Result<std::string> readCgroupFile(const std::string& path);
 // Polls `read` until it returns `want` (a frozen group's state settles asynchronously), up to ~2 s.
 Status waitCgroupState(const std::string& path, const std::function<bool(const std::string&)>& reached);
+// Waits until the cgroup2 events file (cgroup.events) holds the line `want` ("frozen 1"), woken by the
+// kernel's change notification (poll POLLPRI) instead of a sleep.
+Status waitCgroupEvent(const std::string& events_path, const std::string& want);
 // rmdir with retries: a cgroup with exiting tasks reports EBUSY for a short while after SIGKILL.
 Status removeCgroupDir(const std::string& path);
 std::vector<std::string> listSubdirs(const std::string& path);

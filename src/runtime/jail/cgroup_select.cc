@@ -1,6 +1,7 @@
 // Backend choice and the small file helpers both backends share.
 #include <dirent.h>
 #include <fcntl.h>
+#include <poll.h>
 #include <linux/magic.h>
 #include <sys/stat.h>
 #include <sys/vfs.h>
@@ -58,7 +59,7 @@ Result<CgroupChoice> chooseCgroupBackend(const CgroupProbe& p) {
 Result<std::unique_ptr<CgroupBackend>> makeCgroupBackend(const std::string& parent) {
   ASSIGN_OR_RETURN(CgroupChoice choice, chooseCgroupBackend(probeCgroups()));
   if (choice.kind == CgroupKind::kV2) return makeCgroupV2(choice.root, parent);
-  return makeCgroupV1(choice.root, parent);
+  return makeCgroupV1(choice.root, parent, probeCgroups().unified_mount);
 }
 
 Status writeCgroupFile(const std::string& path, const std::string& value) {
@@ -87,6 +88,29 @@ Status removeCgroupDir(const std::string& path) {
     if (rmdir(path.c_str()) == 0 || errno == ENOENT) return ok();
     if (errno != EBUSY || attempt >= 200) return sysError(errno, "rmdir {}", path);
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+}
+
+Status waitCgroupEvent(const std::string& events_path, const std::string& want) {
+  UniqueFd fd(open(events_path.c_str(), O_RDONLY | O_CLOEXEC));
+  if (!fd) return sysError(errno, "open {}", events_path);
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(2);
+  char buf[512];
+  for (;;) {
+    ssize_t n = pread(fd.get(), buf, sizeof buf - 1, 0);
+    if (n < 0) return sysError(errno, "read {}", events_path);
+    std::string_view text(buf, static_cast<size_t>(n));
+    for (size_t pos = 0; pos < text.size();) {
+      size_t nl = text.find('\n', pos);
+      if (text.substr(pos, nl == std::string_view::npos ? std::string_view::npos : nl - pos) == want) return ok();
+      if (nl == std::string_view::npos) break;
+      pos = nl + 1;
+    }
+    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+    if (left.count() <= 0) return makeError(ErrorKind::kUnavailable, "{} did not reach '{}': {}", events_path, want, text);
+    // kernfs signals a change with POLLPRI; a 1 ms cap covers a notification that raced the read.
+    pollfd pfd{fd.get(), POLLPRI, 0};
+    (void)poll(&pfd, 1, static_cast<int>(std::min<int64_t>(left.count(), 1)));
   }
 }
 
