@@ -100,7 +100,9 @@ Status buildRootfs(pid_t userns_pid, const std::string& template_rootfs, const s
   TRY(sys::moveMountTo(tree.get(), dir + "/lower"));
   std::string options = fmt::format("lowerdir={0}/lower,upperdir={0}/disk/upper,workdir={0}/disk/work", dir);
   std::string target = dir + "/rootfs";
-  if (mount("overlay", target.c_str(), "overlay", MS_NOSUID | MS_NODEV, options.c_str()) < 0)
+  // noatime: a read inside must not write the layer (rolling history after exec compares its write
+  // counter; JailRuntime::writeGeneration).
+  if (mount("overlay", target.c_str(), "overlay", MS_NOSUID | MS_NODEV | MS_NOATIME, options.c_str()) < 0)
     return sysError(errno, "mount overlay at {} ({})", target, options);
   return ok();
 }
