@@ -288,13 +288,32 @@ Status JailRuntime::launch(const SandboxSpec& spec, PersistedInstance& persisted
   }
 }
 
-Status JailRuntime::destroy(const PersistedInstance& inst) {
-  const auto& s = inst.state;
+Status JailRuntime::killCgroupProcesses(const std::string& cgroup) {
+  for (int round = 0; round < 50; ++round) {
+    ASSIGN_OR_RETURN(auto left, cgroups_->processes(cgroup));
+    if (left.empty()) return ok();
+    for (pid_t pid : left)
+      if (auto start = processStartTime(pid)) (void)killAndWait(pid, *start);
+  }
+  return makeError(ErrorKind::kInternal, "the processes of cgroup {} do not exit", cgroup);
+}
+
+Status JailRuntime::destroy(const PersistedInstance& in) {
+  PersistedInstance inst = in;
+  auto& s = inst.state;
   std::string dir = s.value("dir", std::string());
+  // A row written before the start got far (spaced died meanwhile) names only the sandbox's directory.
+  // That directory and the layer image have the sandbox's id in spaced's own state: both are its.
+  if (!s.contains("image") && dir == config_.state_dir + "/sandboxes/" + inst.id) {
+    s["image"] = volume_.layersDir() + "/" + inst.id + ".img";
+    s["dir_created"] = true;
+  }
   // A frozen task takes SIGKILL only once thawed (v1 freezer): thaw a paused sandbox first.
   (void)cgroups_->freeze(s.value("cgroup", inst.id), false);
   if (s.contains("pid") && s.contains("start_time"))
     TRY(killAndWait(s["pid"].get<int>(), s["start_time"].get<uint64_t>()));
+  // An init whose pid never reached the row (a start or restart cut short).
+  TRY(killCgroupProcesses(s.value("cgroup", inst.id)));
   TRY(cgroups_->remove(s.value("cgroup", inst.id)));
   // Only a directory this runtime created: a failed start must not delete a pre-existing one.
   if (!dir.empty() && s.value("dir_created", false))
@@ -491,13 +510,7 @@ Result<Instance> JailRuntime::restartInPlace(const PersistedInstance& inst, uint
     TRY(killAndWait(state["pid"].get<int>(), state["start_time"].get<uint64_t>()));
   // An init the interrupted relaunch started is in the cgroup but in no row: every process there goes
   // (each is the init of a pid namespace or dies with one).
-  for (int round = 0; round < 50; ++round) {
-    ASSIGN_OR_RETURN(auto left, cgroups_->processes(cgroup));
-    if (left.empty()) break;
-    for (pid_t pid : left)
-      if (auto start = processStartTime(pid)) (void)killAndWait(pid, *start);
-    if (round == 49) return makeError(ErrorKind::kInternal, "sandbox {}: processes of its cgroup do not exit", inst.id);
-  }
+  TRY(killCgroupProcesses(cgroup));
   // Whatever a launch cut short left mounted on the host (the layer, the rootfs).
   unmountHostCopies(dir);
   std::string next = image + ".next";

@@ -71,6 +71,8 @@ class JailRuntime : public runtime::Runtime {
   Status checkVolumeSpace(const std::string& what) const;
 
  private:
+  // SIGKILL to every process of the cgroup (each the init of a pid namespace, or one that dies with it).
+  Status killCgroupProcesses(const std::string& cgroup);
   Result<runtime::Instance> relaunchInPlace(runtime::PersistedInstance persisted, uint32_t files_uid_base);
   JailRuntime(JailConfig config, std::unique_ptr<CgroupBackend> cgroups, std::string policy);
   // base_image: a snapshot's layer to clone instead of a fresh one. relaunch: the directory, image, cgroup
