@@ -161,6 +161,7 @@ Result<std::unique_ptr<JailRuntime>> JailRuntime::create(const JailConfig& confi
   spdlog::info("jail runtime: layers and snapshots on {}{}", volume.root, volume.own_mount ? " (SPACE's XFS volume)" : "");
   auto runtime = std::unique_ptr<JailRuntime>(new JailRuntime(config, std::move(cgroups), std::move(policy)));
   runtime->agent_fd_ = std::move(agent_fd);
+  ensureVolumeReserve(volume);
   runtime->volume_ = std::move(volume);
   return runtime;
 }
@@ -377,6 +378,7 @@ Result<uint64_t> JailRuntime::writeGeneration(const PersistedInstance& inst) {
 }
 
 Status JailRuntime::checkVolumeSpace(const std::string& what) const {
+  ensureVolumeReserve(volume_);  // again, if a rollback used it and there is room now
   struct statvfs vfs;
   if (statvfs(volume_.root.c_str(), &vfs) < 0) return sysError(errno, "statvfs {}", volume_.root);
   uint64_t total = static_cast<uint64_t>(vfs.f_blocks) * vfs.f_frsize;
@@ -477,7 +479,13 @@ Result<Instance> JailRuntime::rollback(Instance& inst, const runtime::SnapshotRe
   std::string next = image + ".next";
   unlink(next.c_str());
   // Not synced: after a host crash the rename may be lost too, and the sandbox keeps its old layer.
-  TRY(cloneFile(ref.path + "/disk.img", next, 0600, /*durable=*/false));
+  auto cloned = cloneFile(ref.path + "/disk.img", next, 0600, /*durable=*/false);
+  // A full volume: the ballast kept for this makes room (the old layer's blocks are freed after).
+  if (!cloned && cloned.error().sys_errno == ENOSPC && releaseVolumeReserve(volume_)) {
+    unlink(next.c_str());
+    cloned = cloneFile(ref.path + "/disk.img", next, 0600, /*durable=*/false);
+  }
+  TRY(std::move(cloned));
   if (chmod(next.c_str(), 0600) < 0) return sysError(errno, "chmod {}", next);
   uint32_t snap_uid = 0;
   {
@@ -491,7 +499,9 @@ Result<Instance> JailRuntime::rollback(Instance& inst, const runtime::SnapshotRe
   unmountHostCopies(dir);
   // The old image's inode lives on until the old mount namespace is fully gone; the path is the new one.
   if (rename(next.c_str(), image.c_str()) < 0) return sysError(errno, "rename {} to {}", next, image);
-  return relaunchInPlace(persisted, snap_uid);
+  auto restarted = relaunchInPlace(persisted, snap_uid);
+  ensureVolumeReserve(volume_);
+  return restarted;
 }
 
 // The second half of a rollback, also what finishes one that a dead spaced left half-done: whatever
