@@ -19,7 +19,7 @@ nlohmann::json HistoryPolicy::toJson() const {
 }
 
 HistoryPolicy HistoryPolicy::defaults(int64_t every_s, bool after_exec) {
-  return {every_s, after_exec, {{3600, 0}, {86400, 3600}, {7 * 86400, 86400}}};
+  return {every_s, {{3600, 0}, {86400, 3600}, {7 * 86400, 86400}}, after_exec};
 }
 
 Result<HistoryPolicy> HistoryPolicy::parse(const nlohmann::json& j) {
