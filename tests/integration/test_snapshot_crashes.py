@@ -27,6 +27,18 @@ def volume(d):
     return v if (v / "layers").is_dir() else d.state
 
 
+def in_background(fn):
+    """Runs fn on a thread; the daemon dies under it, so whatever it raises is expected and dropped."""
+    def quietly():
+        try:
+            fn()
+        except Exception:  # noqa: BLE001
+            pass
+    t = threading.Thread(target=quietly)
+    t.start()
+    return t
+
+
 def poll_until(pred, timeout):
     """Busy-polls (no sleep: the windows are milliseconds wide); True when pred held."""
     deadline = time.monotonic() + timeout
@@ -80,9 +92,7 @@ def test_kill9_during_rollback(own_daemon):
         # The live state differs from the snapshot's in every file the test looks at.
         c.sh(sid, "dd if=/dev/urandom of=/root/blob bs=1M count=8 2>/dev/null; md5sum /root/blob > /root/sum; "
                   "echo after-edit > /root/marker")
-        t = threading.Thread(target=lambda: c.raw("POST", f"/v1/sandboxes/{sid}/rollback", {"snapshot": "before"},
-                                                  timeout=30))
-        t.start()
+        t = in_background(lambda: c.raw("POST", f"/v1/sandboxes/{sid}/rollback", {"snapshot": "before"}, timeout=30))
         if poll_until(layer_next.exists, 10):
             caught += 1
             time.sleep(delay)
@@ -112,8 +122,7 @@ def test_kill9_during_fork(own_daemon, children_seen):
     before = {sb["id"] for sb in c.list()}
     sandboxes = d.state / "sandboxes"
     dirs_before = set(os.listdir(sandboxes))
-    t = threading.Thread(target=lambda: c.raw("POST", f"/v1/sandboxes/{sid}/fork", {"count": 6}, timeout=60))
-    t.start()
+    t = in_background(lambda: c.raw("POST", f"/v1/sandboxes/{sid}/fork", {"count": 6}, timeout=60))
     assert poll_until(lambda: len(set(os.listdir(sandboxes)) - dirs_before) >= children_seen, 30), \
         "no fork child started"
     d.kill9()
