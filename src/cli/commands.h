@@ -11,6 +11,7 @@ namespace space::cli {
 
 struct CreateOptions {
   std::string template_name, isolation, cpus, memory, pids, disk, ttl, idle_pause, history_every;
+  bool history_after_exec = false;
   std::vector<std::string> env, labels;
   std::string net_mode;
   std::vector<std::string> net_allow, net_deny, secrets;
@@ -51,6 +52,7 @@ int cmdStart(Context& ctx, const std::string& id, const ExecOptions& o);
 int cmdKill(Context& ctx, const std::string& id, const std::string& proc, const std::string& sig);
 int cmdKeyCreate(Context& ctx, const std::string& name);
 int cmdKeyLs(Context& ctx);
+int cmdKeyRotate(Context& ctx);
 int cmdKeyRevoke(Context& ctx, const std::string& id);
 
 struct TemplateBuildOptions {

@@ -22,6 +22,8 @@ void addCreateOptions(CLI::App* cmd, CreateOptions& o) {
   cmd->add_option("--ttl", o.ttl, "delete after this long, e.g. 30m or 2h");
   cmd->add_option("--history-every", o.history_every,
                   "snapshot automatically this often, e.g. 10m; kept: all for 1h, hourly for 1d, daily for 7d");
+  cmd->add_flag("--history-after-exec", o.history_after_exec,
+                "snapshot automatically after each exec that changed files (thinned like --history-every)");
   cmd->add_option("--idle-pause", o.idle_pause, "pause after this long without use, e.g. 10m; the next use resumes it");
   cmd->add_option("--net-mode", o.net_mode, "egress mode: deny-all (default), allow-list, allow-all-public")
       ->check(CLI::IsMember({"deny-all", "allow-list", "allow-all-public"}));
@@ -180,6 +182,9 @@ int main(int argc, char** argv) {
   auto* c_key_ls = c_key->add_subcommand("ls", "list keys");
   auto* c_key_revoke = c_key->add_subcommand("revoke", "revoke a key");
   c_key_revoke->add_option("ID", id)->required();
+  auto* c_key_rotate = c_key->add_subcommand(
+      "rotate", "snapshot keys: rewrap every data key from snapshot_kek_previous to snapshot_kek");
+  c_key->alias("keys");
 
   TemplateBuildOptions tb;
   auto* c_tpl = app.add_subcommand("template", "sandbox templates");
@@ -234,6 +239,7 @@ int main(int argc, char** argv) {
   if (c_key_create->parsed()) return cmdKeyCreate(ctx, name);
   if (c_key_ls->parsed()) return cmdKeyLs(ctx);
   if (c_key_revoke->parsed()) return cmdKeyRevoke(ctx, id);
+  if (c_key_rotate->parsed()) return cmdKeyRotate(ctx);
   if (c_tpl_build->parsed()) return cmdTemplateBuild(ctx, tb);
   if (c_tpl_ls->parsed()) return cmdTemplateLs(ctx);
   if (c_tpl_rm->parsed()) return cmdTemplateRm(ctx, name);

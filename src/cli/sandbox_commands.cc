@@ -32,6 +32,7 @@ Result<nlohmann::json> createBody(const CreateOptions& o) {
     ASSIGN_OR_RETURN(auto every, parseDurationSeconds(o.history_every));
     body["history"] = {{"every_s", every}};
   }
+  if (o.history_after_exec) body["history"]["after_exec"] = true;
   if (!o.idle_pause.empty()) {
     ASSIGN_OR_RETURN(body["idle_pause_s"], parseDurationSeconds(o.idle_pause));
   }
@@ -156,6 +157,16 @@ int cmdKeyLs(Context& ctx) {
 int cmdKeyRevoke(Context& ctx, const std::string& id) {
   auto j = callJson(ctx, "DELETE", "/v1/keys/" + http::percentEncode(id));
   if (!j) return fail(&ctx, j.error());
+  return 0;
+}
+
+int cmdKeyRotate(Context& ctx) {
+  auto j = callJson(ctx, "POST", "/v1/keys/rotate", nlohmann::json::object());
+  if (!j) return fail(&ctx, j.error());
+  if (ctx.json)
+    fmt::print("{}\n", j->dump());
+  else
+    fmt::print("{} data key(s) rewrapped\n", j->value("rewrapped", 0));
   return 0;
 }
 

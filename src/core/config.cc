@@ -94,11 +94,13 @@ Result<DaemonConfig> DaemonConfig::fromJson(const json& j, DaemonConfig base) {
     } else if (key == "max_ttl_s") {
       TRY(readInt(v, key, c.max_ttl_s, 0, int64_t{1} << 40));
     } else if (key == "disk_volume_bytes") {
-      TRY(readInt(v, key, c.disk_volume_bytes, int64_t{1} << 30, int64_t{1} << 50));
+      TRY(readInt(v, key, c.disk_volume_bytes, int64_t{300} << 20, int64_t{1} << 50));  // mkfs.xfs: 300 MiB at least
     } else if (key == "max_sandboxes") {
       TRY(readInt(v, key, c.max_sandboxes, 0, 1000000));
     } else if (key == "snapshot_kek") {
       TRY(readString(v, key, c.snapshot_kek));
+    } else if (key == "snapshot_kek_previous") {
+      TRY(readString(v, key, c.snapshot_kek_previous));
     } else if (key == "snapshot_tenant") {
       TRY(readString(v, key, c.snapshot_tenant));
     } else if (key == "vm_kernel") {
@@ -182,6 +184,8 @@ nlohmann::json DaemonConfig::toJson() const {
           {"log_level", log_level},
           {"vm_kernel", vm_kernel},
           {"snapshot_kek", snapshot_kek.empty() ? "" : snapshot_kek.substr(0, snapshot_kek.find(':')) + ":…"},
+          {"snapshot_kek_previous",
+           snapshot_kek_previous.empty() ? "" : snapshot_kek_previous.substr(0, snapshot_kek_previous.find(':')) + ":…"},
           {"snapshot_tenant", snapshot_tenant},
           {"vm_initrd", vm_initrd},
           {"vm_allow_tcg", vm_allow_tcg},

@@ -34,6 +34,9 @@ struct DaemonConfig {
   // The customer's key-encryption key for snapshot archives (archive/kek.h): "file:<path>", "env:<VAR>" or
   // "command:<key-id>=<program> [args]". Empty: export and import are refused.
   std::string snapshot_kek;
+  // The KEK snapshot_kek replaces (same syntax), while keys are rotated: POST /v1/keys/rotate re-wraps
+  // every tenant's data key from it to snapshot_kek. Empty: nothing to rotate from.
+  std::string snapshot_kek_previous;
   std::string snapshot_tenant = "default";
   std::string vm_initrd = "/var/cache/space/vm/initramfs.cpio";
   bool vm_allow_tcg = true;                // false: KVM or no vm tier (no software emulation)

@@ -32,6 +32,11 @@ Manager::~Manager() {
   egress_.reset();  // its watcher calls back into the manager
   stopping_ = true;
   pool_cv_.notify_all();
+  {
+    std::lock_guard lock(history_mu_);
+    history_cv_.notify_all();
+  }
+  if (history_thread_.joinable()) history_thread_.join();
   if (pool_thread_.joinable()) pool_thread_.join();
   if (reaper_thread_.joinable()) reaper_thread_.join();
   // Live sandboxes keep running: the next spaced reattaches to them.

@@ -110,6 +110,12 @@ class SandboxManager {
   virtual Result<ForkResult> fork(const ForkSandbox& cmd) { return unsupportedOp("fork"); }
   // Export: the snapshot as an encrypted archive (docs/snapshot-archive.md) in a file of the daemon's that
   // the caller streams out and removes. Import: an archive file becomes a new snapshot of sandbox `id`.
+  // A foreground exec of the sandbox finished (its exit was delivered). Returns at once; a history policy
+  // with after_exec takes its snapshot later, on the manager's own thread.
+  virtual void execFinished(const std::string& id) {}
+  // Re-wraps every tenant's data key from the previous KEK (snapshot_kek_previous) to the current one
+  // (snapshot_kek); returns how many were rewrapped.
+  virtual Result<size_t> rotateKeys() { return unsupportedOp("key rotation"); }
   virtual Result<std::string> exportSnapshot(const std::string& snapshot) { return unsupportedOp("snapshot archives"); }
   virtual Result<store::SnapshotRecord> importSnapshot(const std::string& id, const std::string& archive_path) {
     return unsupportedOp("snapshot archives");

@@ -13,6 +13,7 @@
 
 #include "core/config.h"
 #include "core/egress_supervisor.h"
+#include "core/retention.h"
 #include "core/manager.h"
 #include "runtime/runtime.h"
 #include "runtime/vm/vm_runtime.h"
@@ -62,6 +63,8 @@ class Manager final : public SandboxManager {
   Result<std::string> exportSnapshot(const std::string& snapshot) override;
   Result<store::SnapshotRecord> importSnapshot(const std::string& id, const std::string& archive_path) override;
   std::string scratchPath(const std::string& prefix) override;
+  void execFinished(const std::string& id) override;
+  Result<size_t> rotateKeys() override;
   Result<std::shared_ptr<agent::AgentClient>> agent(const std::string& id) override;
   Result<store::TemplateRecord> buildTemplate(const BuildTemplate& cmd, const ProgressFn& progress) override;
   Result<std::vector<store::TemplateRecord>> listTemplates() override;
@@ -143,8 +146,23 @@ class Manager final : public SandboxManager {
   static runtime::SnapshotRef refOf(const store::SnapshotRecord& s) { return {s.id, s.path, s.kind, s.size_bytes}; }
   void deleteSnapshotsOf(const std::string& sandbox_id);
   void removeOrphanSnapshots();
+  // A rollback a dead spaced left half-done: the sandbox starts again on its current layer.
+  Result<runtime::Instance> finishRollback(store::SandboxRecord& rec);
+  // Children of forks a dead spaced left half-done.
+  void removeInterruptedForks();
   // The rolling history: an automatic snapshot when due, then thinning (from the reaper).
   void keepHistory(store::SandboxRecord& rec, int64_t now);
+  // Deletes the automatic snapshots the policy no longer keeps (snapshot_mu_ held).
+  void thinHistory(const std::string& id, const HistoryPolicy& policy, int64_t now);
+  // History after exec: a snapshot (origin auto) when the sandbox's files changed since the last one.
+  void historyLoop();
+  void snapshotAfterExec(const std::string& id);
+  // What the runtime's write generation was when the newest snapshot of a sandbox was taken (or when a
+  // rollback put it back at a snapshot's files).
+  struct SnapshotGeneration {
+    std::string snapshot_id;
+    uint64_t generation = 0;
+  };
 
   // Reconciliation and reaping (reconcile.cc)
   Status reconcile();
@@ -161,6 +179,12 @@ class Manager final : public SandboxManager {
   std::unique_ptr<store::TemplateBuilder> templates_;
   std::unique_ptr<EgressSupervisor> egress_;
   std::mutex snapshot_mu_;                         // one snapshot, rollback or fork at a time
+  std::mutex gen_mu_;                              // guards snapshot_gen_
+  std::map<std::string, SnapshotGeneration> snapshot_gen_;  // per sandbox; lost on restart (= changed)
+  std::mutex history_mu_;                          // guards history_queue_
+  std::condition_variable history_cv_;
+  std::deque<std::string> history_queue_;          // sandboxes whose exec finished, oldest first
+  std::thread history_thread_;
   std::mutex secret_box_mu_;
   std::optional<store::SecretBox> secret_box_;
 

@@ -6,6 +6,7 @@
 #include <memory>
 #include <string>
 
+#include "archive/kek.h"
 #include "common/result.h"
 #include "runtime/vm/vm_runtime.h"
 
@@ -15,5 +16,11 @@ namespace space::core {
 // command that changes (rotation) is followed.
 std::shared_ptr<vm::MemorySealer> makeMemorySealer(const std::string& kek_spec, const std::string& keys_dir,
                                                   const std::string& tenant);
+
+// The KEK that opens an archive or sealed file: `current`, or — when the file names only KEKs rotated away
+// since and its data key is the tenant's, held in keys_dir under `current` — a stand-in that yields that
+// stored key (the import or open still checks it against the file's key id and authenticates every byte).
+std::unique_ptr<archive::Kek> kekOpening(const std::string& archive_path, std::unique_ptr<archive::Kek> current,
+                                         const std::string& keys_dir);
 
 }  // namespace space::core

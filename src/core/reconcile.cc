@@ -40,10 +40,25 @@ Status Manager::reconcile() {
       }
       if (inst) {
         spdlog::info("reconcile: reattached sandbox {}", rec.id);
+        if (rec.spec.contains("rolling_back")) {  // spaced died before the rollback stopped anything
+          rec.spec.erase("rolling_back");
+          (void)store_->updateSandbox(rec);
+        }
         std::lock_guard lock(mu_);
         live_[rec.id] = *inst;
         if (rec.pooled) pool_[poolKey(rec.runtime, rec.template_name)].push_back(Started{rec, *inst});
         continue;
+      }
+      if (rec.spec.contains("rolling_back")) {
+        spdlog::warn("reconcile: finishing the interrupted rollback of sandbox {}", rec.id);
+        auto restarted = finishRollback(rec);
+        if (restarted) {
+          std::lock_guard lock(mu_);
+          live_[rec.id] = *restarted;
+          continue;
+        }
+        inst = tl::unexpected(restarted.error().context("finish rollback"));
+        rec.spec.erase("rolling_back");
       }
       spdlog::warn("reconcile: sandbox {} is gone: {}", rec.id, inst.error().message);
       if (auto st = runtimeFor(rec.runtime).destroy(persisted); !st)
@@ -98,6 +113,7 @@ Status Manager::reconcile() {
       std::filesystem::remove(entry.path(), ec);
     }
   }
+  removeInterruptedForks();
   removeOrphanSnapshots();
   // Uploads and exports a previous spaced was streaming when it stopped.
   {
@@ -193,6 +209,7 @@ Status Manager::startBackground() {
   }
   pool_thread_ = std::thread([this] { fillPoolLoop(); });
   reaper_thread_ = std::thread([this] { reapLoop(); });
+  history_thread_ = std::thread([this] { historyLoop(); });
   return ok();
 }
 

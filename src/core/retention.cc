@@ -13,23 +13,36 @@ constexpr int64_t kMaxSeconds = 10ll * 365 * 24 * 3600;
 nlohmann::json HistoryPolicy::toJson() const {
   nlohmann::json keep_j = nlohmann::json::array();
   for (const auto& t : keep) keep_j.push_back({{"within_s", t.within_s}, {"every_s", t.every_s}});
-  return {{"every_s", every_s}, {"keep", keep_j}};
+  nlohmann::json j = {{"every_s", every_s}, {"keep", keep_j}};
+  if (after_exec) j["after_exec"] = true;
+  return j;
 }
 
-HistoryPolicy HistoryPolicy::defaults(int64_t every_s) {
-  return {every_s, {{3600, 0}, {86400, 3600}, {7 * 86400, 86400}}};
+HistoryPolicy HistoryPolicy::defaults(int64_t every_s, bool after_exec) {
+  return {every_s, {{3600, 0}, {86400, 3600}, {7 * 86400, 86400}}, after_exec};
 }
 
 Result<HistoryPolicy> HistoryPolicy::parse(const nlohmann::json& j) {
   if (!j.is_object()) return makeError(ErrorKind::kInvalidArgument, "history must be an object");
   for (const auto& [k, v] : j.items())
-    if (k != "every_s" && k != "keep") return makeError(ErrorKind::kInvalidArgument, "history: unknown field '{}'", k);
-  if (!j.contains("every_s") || !j["every_s"].is_number_integer())
-    return makeError(ErrorKind::kInvalidArgument, "history.every_s: an integer number of seconds is required");
-  int64_t every = j["every_s"].get<int64_t>();
-  if (every < 60 || every > kMaxSeconds)
-    return makeError(ErrorKind::kInvalidArgument, "history.every_s must be from 60 to {}", kMaxSeconds);
-  HistoryPolicy p = defaults(every);
+    if (k != "every_s" && k != "keep" && k != "after_exec")
+      return makeError(ErrorKind::kInvalidArgument, "history: unknown field '{}'", k);
+  bool after_exec = false;
+  if (j.contains("after_exec")) {
+    if (!j["after_exec"].is_boolean()) return makeError(ErrorKind::kInvalidArgument, "history.after_exec must be true or false");
+    after_exec = j["after_exec"].get<bool>();
+  }
+  int64_t every = 0;
+  if (j.contains("every_s") || !after_exec) {
+    if (!j.contains("every_s") || !j["every_s"].is_number_integer())
+      return makeError(ErrorKind::kInvalidArgument,
+                       "history.every_s: an integer number of seconds is required (or after_exec: true)");
+    every = j["every_s"].get<int64_t>();
+    // 0 = no time cadence, only with after_exec.
+    if ((every < 60 && !(every == 0 && after_exec)) || every > kMaxSeconds)
+      return makeError(ErrorKind::kInvalidArgument, "history.every_s must be from 60 to {}", kMaxSeconds);
+  }
+  HistoryPolicy p = defaults(every, after_exec);
   if (j.contains("keep")) {
     if (!j["keep"].is_array() || j["keep"].empty() || j["keep"].size() > 8)
       return makeError(ErrorKind::kInvalidArgument, "history.keep: 1 to 8 tiers");

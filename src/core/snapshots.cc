@@ -19,6 +19,7 @@
 #include "archive/kek.h"
 #include "archive/key_store.h"
 #include "core/manager_impl.h"
+#include "core/memory_sealer.h"
 #include "core/retention.h"
 #include "runtime/jail/jail_runtime.h"
 
@@ -84,6 +85,9 @@ Result<store::SnapshotRecord> Manager::takeSnapshot(store::SandboxRecord& rec, c
   runtime::Instance inst = instanceOf(rec);
   inst.persisted.state["paused"] = rec.state == "paused";
   auto kind = caps.snapshot_memory ? runtime::SnapshotKind::kFull : runtime::SnapshotKind::kFilesystem;
+  // Read before the snapshot: a write between the two then counts as a change (one snapshot too many),
+  // never the other way round.
+  auto generation = rt.writeGeneration(inst.persisted);
   ASSIGN_OR_RETURN(runtime::SnapshotRef ref, rt.snapshot(inst, kind));
   store::SnapshotRecord s;
   s.id = ref.id;
@@ -100,6 +104,13 @@ Result<store::SnapshotRecord> Manager::takeSnapshot(store::SandboxRecord& rec, c
   if (auto st = store_->insertSnapshot(s); !st) {
     (void)rt.deleteSnapshot(ref);
     return tl::unexpected(st.error());
+  }
+  {
+    std::lock_guard lock(gen_mu_);
+    if (generation)
+      snapshot_gen_[rec.id] = {s.id, *generation};
+    else
+      snapshot_gen_.erase(rec.id);
   }
   return s;
 }
@@ -131,6 +142,10 @@ Status Manager::deleteSnapshot(const std::string& snapshot) {
 }
 
 void Manager::deleteSnapshotsOf(const std::string& sandbox_id) {
+  {
+    std::lock_guard lock(gen_mu_);
+    snapshot_gen_.erase(sandbox_id);
+  }
   auto all = store_->listSnapshots(sandbox_id);
   if (!all) return;
   for (const auto& s : *all) {
@@ -168,13 +183,9 @@ void Manager::keepHistory(store::SandboxRecord& rec, int64_t now) {
   std::lock_guard op(snapshot_mu_);
   auto all = store_->listSnapshots(rec.id);
   if (!all) return;
-  std::vector<HistoryEntry> autos;
   int64_t newest = 0;
-  for (const auto& s : *all) {
-    if (s.origin != "auto") continue;
-    autos.push_back({s.id, s.created_ms});
-    newest = std::max(newest, s.created_ms);
-  }
+  for (const auto& s : *all)
+    if (s.origin == "auto") newest = std::max(newest, s.created_ms);
   if (snapshotDue(*policy, newest, now)) {
     auto fresh = store_->getSandbox(rec.id);  // the state may have changed since the reaper listed it
     if (!fresh || (fresh->state != "running" && fresh->state != "paused")) return;
@@ -183,14 +194,72 @@ void Manager::keepHistory(store::SandboxRecord& rec, int64_t now) {
       spdlog::warn("history: snapshot of {}: {}", rec.id, taken.error().message);
       return;
     }
-    autos.push_back({taken->id, taken->created_ms});
   }
-  for (const auto& id : snapshotsToThin(*policy, autos, now)) {
-    auto s = store_->getSnapshot(id);
-    if (!s || !store_->deleteSnapshot(id)) continue;
+  thinHistory(rec.id, *policy, now);
+}
+
+void Manager::thinHistory(const std::string& id, const HistoryPolicy& policy, int64_t now) {
+  auto all = store_->listSnapshots(id);
+  if (!all) return;
+  std::vector<HistoryEntry> autos;
+  for (const auto& s : *all)
+    if (s.origin == "auto") autos.push_back({s.id, s.created_ms});
+  for (const auto& sid : snapshotsToThin(policy, autos, now)) {
+    auto s = store_->getSnapshot(sid);
+    if (!s || !store_->deleteSnapshot(sid)) continue;
     if (auto st = runtimeFor(s->runtime).deleteSnapshot(refOf(*s)); !st)
-      spdlog::warn("history: thin {}: {}", id, st.error().message);
+      spdlog::warn("history: thin {}: {}", sid, st.error().message);
   }
+}
+
+void Manager::execFinished(const std::string& id) {
+  std::lock_guard lock(history_mu_);
+  if (std::find(history_queue_.begin(), history_queue_.end(), id) == history_queue_.end()) history_queue_.push_back(id);
+  history_cv_.notify_one();
+}
+
+void Manager::historyLoop() {
+  for (;;) {
+    std::string id;
+    {
+      std::unique_lock lock(history_mu_);
+      history_cv_.wait(lock, [&] { return stopping_ || !history_queue_.empty(); });
+      if (stopping_) return;
+      id = history_queue_.front();
+      history_queue_.pop_front();
+    }
+    snapshotAfterExec(id);
+  }
+}
+
+// Cheap when nothing changed: one row read, a syncfs of what is dirty, one counter read; no tree walk.
+void Manager::snapshotAfterExec(const std::string& id) {
+  auto rec = store_->getSandbox(id);
+  if (!rec || rec->pooled || !rec->spec.contains("history")) return;
+  auto policy = HistoryPolicy::parse(rec->spec["history"]);
+  if (!policy || !policy->after_exec) return;
+  std::lock_guard op(snapshot_mu_);
+  rec = store_->getSandbox(id);  // the state may have changed while waiting for the lock
+  if (!rec || (rec->state != "running" && rec->state != "paused")) return;
+  runtime::Runtime& rt = runtimeFor(rec->runtime);
+  auto generation = rt.writeGeneration({rec->id, rec->runtime, rec->persisted});
+  if (generation) {
+    std::optional<SnapshotGeneration> last;
+    {
+      std::lock_guard lock(gen_mu_);
+      if (auto it = snapshot_gen_.find(id); it != snapshot_gen_.end()) last = it->second;
+    }
+    // Unchanged since a snapshot that still exists: nothing to keep.
+    if (last && last->generation == *generation && store_->getSnapshot(last->snapshot_id)) return;
+  } else if (generation.error().kind != ErrorKind::kUnsupported) {
+    spdlog::warn("history: sandbox {}: {}; taking the snapshot", id, generation.error().message);
+  }
+  auto taken = takeSnapshot(*rec, "", "auto");
+  if (!taken) {
+    spdlog::warn("history: snapshot of {} after exec: {}", id, taken.error().message);
+    return;
+  }
+  thinHistory(id, *policy, nowUnixMs());
 }
 
 Result<SandboxView> Manager::rollback(const std::string& id, const std::string& snapshot) {
@@ -211,6 +280,15 @@ Result<SandboxView> Manager::rollback(const std::string& id, const std::string& 
       env.emplace(b["name"].get<std::string>(), b["placeholder"].get<std::string>());
   }
   runtime::Instance inst = instanceOf(rec);
+  // Written before any process stops: a spaced killed in the middle finishes the rollback at its next
+  // start (finishRollback) instead of finding the sandbox dead.
+  rec.spec["rolling_back"] = snap.id;
+  TRY(store_->updateSandbox(rec));
+  Defer unmark([&] {
+    if (!rec.spec.contains("rolling_back")) return;
+    rec.spec.erase("rolling_back");
+    (void)store_->updateSandbox(rec);
+  });
   {
     std::lock_guard lock(mu_);
     busy_.insert(id);
@@ -223,6 +301,7 @@ Result<SandboxView> Manager::rollback(const std::string& id, const std::string& 
   if (!next) {
     // The runtime leaves the sandbox as it was unless its processes were already stopped.
     if (!inst.agent || !rt.alive(inst)) {
+      rec.spec.erase("rolling_back");
       rec.state = "failed";
       rec.error = "rollback failed: " + next.error().message;
       (void)store_->updateSandbox(rec);
@@ -249,12 +328,68 @@ Result<SandboxView> Manager::rollback(const std::string& id, const std::string& 
   rec.persisted = next->persisted.state;
   rec.state = "running";
   rec.spec.erase("auto_paused");
+  rec.spec.erase("rolling_back");
   TRY(store_->updateSandbox(rec));
+  {
+    // The files are the snapshot's again: the history holds them, until the next write.
+    auto generation = rt.writeGeneration(next->persisted);
+    std::lock_guard lock(gen_mu_);
+    if (generation)
+      snapshot_gen_[id] = {snap.id, *generation};
+    else
+      snapshot_gen_.erase(id);
+  }
   {
     std::lock_guard lock(mu_);
     live_[id] = *next;
   }
   return viewOf(rec, false);
+}
+
+Result<runtime::Instance> Manager::finishRollback(store::SandboxRecord& rec) {
+  std::string snap_id = rec.spec.value("rolling_back", std::string());
+  uint32_t files_uid = 0;
+  if (auto snap = store_->getSnapshot(snap_id)) {
+    std::ifstream in(snap->path + "/snapshot.json");
+    auto meta = nlohmann::json::parse(in, nullptr, false);
+    if (meta.is_object()) files_uid = meta.value("uid_base", 0u);
+  }
+  runtime::Runtime& rt = runtimeFor(rec.runtime);
+  ASSIGN_OR_RETURN(runtime::Instance inst, rt.restartInPlace({rec.id, rec.runtime, rec.persisted}, files_uid));
+  ASSIGN_OR_RETURN(auto env, userEnv(rec));
+  // The secrets' placeholders come from the row; the CA variables only from a running space-egress
+  // (re-registered by resyncEgress after reconciliation).
+  if (rec.spec.contains("egress"))
+    for (const auto& b : rec.spec["egress"].value("secrets", nlohmann::json::array()))
+      env.emplace(b["name"].get<std::string>(), b["placeholder"].get<std::string>());
+  if (!env.empty()) {
+    agent::Identity identity;
+    identity.env = env;
+    TRY(inst.agent->setIdentity(identity));
+  }
+  rec.persisted = inst.persisted.state;
+  rec.spec.erase("rolling_back");
+  rec.state = "running";
+  TRY(store_->updateSandbox(rec));
+  return inst;
+}
+
+void Manager::removeInterruptedForks() {
+  auto all = store_->listSandboxes({});
+  if (!all) return;
+  for (auto& parent : *all) {
+    if (!parent.spec.contains("forking_since_ms")) continue;
+    int64_t since = parent.spec["forking_since_ms"].get<int64_t>();
+    for (const auto& child : *all) {
+      auto it = child.labels.find("space.fork_of");
+      if (it == child.labels.end() || it->second != parent.id || child.created_ms < since) continue;
+      spdlog::warn("reconcile: removing sandbox {} of a fork of {} that never finished", child.id, parent.id);
+      if (auto st = destroyRecord(child); !st)
+        spdlog::error("reconcile: remove {}: {}", child.id, st.error().message);
+    }
+    parent.spec.erase("forking_since_ms");
+    (void)store_->updateSandbox(parent);
+  }
 }
 
 Result<ForkResult> Manager::fork(const ForkSandbox& cmd) {
@@ -299,6 +434,16 @@ Result<ForkResult> Manager::fork(const ForkSandbox& cmd) {
     for (const auto& b : e.value("secrets", nlohmann::json::array())) like.secrets.push_back(b["name"].get<std::string>());
   }
   runtime::SnapshotRef ref = refOf(out.snapshot);
+  // All or nothing across a crash too: children made after this mark are removed at the next start
+  // unless the fork finished (removeInterruptedForks).
+  rec.spec["forking_since_ms"] = nowUnixMs();
+  TRY(store_->updateSandbox(rec));
+  Defer unmark([&] {
+    if (auto fresh = store_->getSandbox(rec.id)) {
+      fresh->spec.erase("forking_since_ms");
+      (void)store_->updateSandbox(*fresh);
+    }
+  });
   // Children start side by side (each start waits on the kernel and the agent more than on a CPU); all or
   // nothing: when one fails, the others are deleted again.
   std::vector<std::optional<Result<SandboxView>>> made(static_cast<size_t>(cmd.count));
@@ -335,6 +480,25 @@ Result<ForkResult> Manager::fork(const ForkSandbox& cmd) {
   return out;
 }
 
+Result<size_t> Manager::rotateKeys() {
+  if (config_.snapshot_kek.empty() || config_.snapshot_kek_previous.empty())
+    return makeError(ErrorKind::kInvalidArgument, "key rotation needs snapshot_kek (the new key) and "
+                     "snapshot_kek_previous (the old one) in the daemon's config (docs/snapshot-archive.md)");
+  ASSIGN_OR_RETURN(auto to, archive::kekFromSpec(config_.snapshot_kek));
+  ASSIGN_OR_RETURN(auto from, archive::kekFromSpec(config_.snapshot_kek_previous));
+  if (from->id() == to->id())
+    return makeError(ErrorKind::kInvalidArgument, "snapshot_kek and snapshot_kek_previous are the same key ({})", to->id());
+  // No export or import runs meanwhile (both hold the data key they unwrapped, so they would not break,
+  // but an export creating a tenant's first key under the old KEK would be missed).
+  std::lock_guard op(snapshot_mu_);
+  archive::KeyStore keys(config_.state_dir + "/keys");
+  // Each tenant's file is replaced atomically (temporary file, fsync, rename, directory fsync): a crash
+  // leaves every key wrapped by the old or the new KEK, and the rotation can simply be run again.
+  ASSIGN_OR_RETURN(size_t rotated, keys.rotate(*from, *to));
+  spdlog::info("keys: {} data key(s) rewrapped from {} to {}", rotated, from->id(), to->id());
+  return rotated;
+}
+
 std::string Manager::scratchPath(const std::string& prefix) {
   std::string dir = config_.state_dir + "/scratch";
   std::error_code ec;
@@ -369,7 +533,9 @@ Result<store::SnapshotRecord> Manager::importSnapshot(const std::string& id, con
   auto* jail = dynamic_cast<jail::JailRuntime*>(jail_.get());
   if (!jail || (rec.runtime != "jail" && !(rec.runtime == "vm" && vm_)))
     return makeError(ErrorKind::kUnsupported, "snapshots of the {} runtime are not supported", rec.runtime);
-  ASSIGN_OR_RETURN(auto kek, archive::kekFromSpec(config_.snapshot_kek));
+  ASSIGN_OR_RETURN(std::unique_ptr<archive::Kek> kek, archive::kekFromSpec(config_.snapshot_kek));
+  // An archive exported before a key rotation names the old KEK only: the tenant's stored data key opens it.
+  kek = kekOpening(archive_path, std::move(kek), config_.state_dir + "/keys");
   store::SnapshotRecord s;
   s.id = "snap-" + randomHex(8);
   s.path = jail->volume().snapshotsDir() + "/" + s.id;

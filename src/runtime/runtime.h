@@ -107,6 +107,12 @@ class Runtime {
   virtual Result<Instance> rollback(Instance& inst, const SnapshotRef& ref) {
     return makeError(ErrorKind::kUnsupported, "{}: rollback is not supported", name());
   }
+  // Finishes a rollback that a dead daemon left half-done: the sandbox starts again in place on whatever
+  // storage it has now (before or after the rollback's atomic switch, never a mix); files owned by the
+  // uid range starting at files_uid_base (an imported snapshot's) move to the sandbox's.
+  virtual Result<Instance> restartInPlace(const PersistedInstance& inst, uint32_t files_uid_base) {
+    return makeError(ErrorKind::kUnsupported, "{}: restart in place is not supported", name());
+  }
   // Removes the snapshot's files. Idempotent.
   virtual Status deleteSnapshot(const SnapshotRef& ref);
   // Kills everything of the sandbox and removes every kernel object and file it made. Idempotent: works
@@ -115,6 +121,13 @@ class Runtime {
   // After a daemon restart: reconnects to a live sandbox, or fails (kNotFound) when it is gone.
   virtual Result<Instance> reattach(const PersistedInstance& inst) = 0;
   virtual Result<Usage> usage(const PersistedInstance& inst) = 0;
+  // A counter that grows whenever the sandbox's writable storage is written, read without walking any
+  // tree: equal values mean "no file changed in between" (rolling history after exec). Values are only
+  // comparable for the same instance (a rollback or a daemon restart may start a new count). Unsupported
+  // (the default): callers treat every exec as a change.
+  virtual Result<uint64_t> writeGeneration(const PersistedInstance& inst) {
+    return makeError(ErrorKind::kUnsupported, "{}: no write generation", name());
+  }
 };
 
 }  // namespace space::runtime

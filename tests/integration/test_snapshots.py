@@ -379,3 +379,55 @@ def test_export_without_a_customer_key_is_refused(client, sandbox):
     s = snap(client, sandbox)
     status, _, body = client.raw("GET", f"/v1/snapshots/{s['id']}/archive")
     assert status == 501 and b"snapshot_kek" in body, (status, body)
+
+
+def test_history_after_exec_snapshots_only_when_files_changed(client, make_sandbox):
+    """after_exec: an exec that wrote a file leaves an automatic snapshot; one that only read does not
+    (the jail compares its layer's write counter, no tree walk); rolling back to it restores the file."""
+    sid = make_sandbox(history={"after_exec": True})["id"]
+
+    def autos():
+        return [s for s in history(client, sid) if s["origin"] == "auto"]
+
+    client.sh(sid, "echo one > /root/one")
+    wait_for(lambda: len(autos()) == 1, timeout=20, what="an automatic snapshot after a writing exec")
+    first = autos()[0]
+    # Reads only (of template files and of files in the writable layer: noatime keeps a read from
+    # writing it), then a write. The history handles finished execs in order, so once the write's snapshot is listed the reads
+    # were looked at, and they added none.
+    for _ in range(3):
+        assert client.sh(sid, "cat /etc/hostname").out.strip()
+    client.sh(sid, "ls -l / >/dev/null; cat /root/one >/dev/null")
+    client.sh(sid, "echo two > /root/two")
+    wait_for(lambda: len(autos()) >= 2, timeout=20, what="an automatic snapshot after the second write")
+    later = autos()
+    assert len(later) == 2, later
+    assert later[0]["id"] == first["id"] and later[1]["origin"] == "auto" and later[1]["size_bytes"] > 0
+    # Nothing changed since: more reads add nothing (checked by a write that follows them, as above).
+    client.sh(sid, "cat /root/two /root/one >/dev/null")
+    client.call("POST", f"/v1/sandboxes/{sid}/snapshots", {"name": "marker"})  # manual: no after-exec check
+    assert len(autos()) == 2
+    # Rollback to the automatic snapshot brings the file written before it back.
+    client.sh(sid, "rm /root/two /root/one")
+    rollback(client, sid, later[1]["id"])
+    assert client.download(sid, "/root/two") == b"two\n"
+    assert client.download(sid, "/root/one") == b"one\n"
+    rollback(client, sid, first["id"])
+    assert client.sh(sid, "test -e /root/two && echo yes || echo no").out.strip() == "no"
+    assert client.download(sid, "/root/one") == b"one\n"
+    for bad in ({"after_exec": "yes"}, {"after_exec": False}, {"every_s": 0}):
+        status, _, body = client.raw("POST", "/v1/sandboxes", {"template": "busybox", "history": bad})
+        assert status == 400, (bad, body)
+
+
+def test_cli_history_after_exec(daemon, client):
+    r = spacelib.run_cli(daemon.sock, "create", "--template", "busybox", "--history-after-exec")
+    assert r.returncode == 0, r.stderr
+    sid = r.stdout.decode().split()[0]
+    daemon.client.created.add(sid)
+    try:
+        client.sh(sid, "echo x > /root/x")
+        wait_for(lambda: any(s["origin"] == "auto" for s in history(client, sid)), timeout=20,
+                 what="an automatic snapshot after the CLI-created sandbox's exec")
+    finally:
+        client.delete(sid, missing_ok=True)

@@ -73,6 +73,8 @@ void registerExecRoutes(Router& r) {
     if (st) st = ctx.resp.end();
     if (!st) (void)stream->signal(9);  // the client is gone: nobody will read the rest
     if (feeder.joinable()) feeder.join();
+    // After the exit went out: the rolling history (after_exec) looks at the files on its own thread.
+    ctx.manager.execFinished(ctx.param("id"));
     return st;
   });
 }

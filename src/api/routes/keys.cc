@@ -44,6 +44,15 @@ void registerKeyRoutes(Router& r) {
     for (const auto& k : keys) out.push_back(keyJson(k));
     return sendJson(ctx.resp, 200, {{"keys", out}});
   });
+  // Snapshot key rotation (docs/snapshot-archive.md): every tenant's data key, wrapped by
+  // snapshot_kek_previous, is rewrapped by snapshot_kek. No chunk or archive is touched.
+  r.add("POST", "/v1/keys/rotate", [](RouteContext& ctx) -> Status {
+    TRY(requireLocal(ctx));
+    ASSIGN_OR_RETURN(std::string body, ctx.jsonBody());
+    TRY(JsonInput::parse(body, {}));
+    ASSIGN_OR_RETURN(size_t rewrapped, ctx.manager.rotateKeys());
+    return sendJson(ctx.resp, 200, {{"rewrapped", rewrapped}});
+  });
   r.add("DELETE", "/v1/keys/{key}", [](RouteContext& ctx) -> Status {
     TRY(requireLocal(ctx));
     TRY(ctx.manager.store().revokeApiKey(ctx.param("key")));

@@ -53,6 +53,8 @@ class CgroupBackend {
   // Freezes (true) or thaws (false) every task of the group and waits until the kernel reports the
   // state reached (v1 freezer.state FROZEN/THAWED, v2 cgroup.events "frozen"). Idempotent.
   virtual Status freeze(const std::string& id, bool frozen) = 0;
+  // The processes in the group (its cgroup.procs; v1: the pids hierarchy's). A missing group has none.
+  virtual Result<std::vector<pid_t>> processes(const std::string& id) = 0;
   // Kills what is left inside, then removes the group, retrying while exiting tasks drain. Idempotent.
   virtual Status remove(const std::string& id) = 0;
   // Every group directory under the parent (for leftover checks), as absolute paths.
@@ -68,6 +70,8 @@ Result<std::unique_ptr<CgroupBackend>> makeCgroupBackend(const std::string& pare
 // Helpers shared by the backends (cgroup_select.cc).
 Status writeCgroupFile(const std::string& path, const std::string& value);
 Result<std::string> readCgroupFile(const std::string& path);
+// The pids listed in a cgroup.procs file (none when the group does not exist).
+Result<std::vector<pid_t>> readCgroupProcs(const std::string& procs_path);
 // Polls `read` until it returns `want` (a frozen group's state settles asynchronously), up to ~2 s.
 Status waitCgroupState(const std::string& path, const std::function<bool(const std::string&)>& reached);
 // Waits until the cgroup2 events file (cgroup.events) holds the line `want` ("frozen 1"), woken by the

@@ -83,6 +83,18 @@ Result<std::string> readCgroupFile(const std::string& path) {
   return out;
 }
 
+Result<std::vector<pid_t>> readCgroupProcs(const std::string& procs_path) {
+  auto text = readCgroupFile(procs_path);
+  if (!text) {
+    if (text.error().sys_errno == ENOENT) return std::vector<pid_t>{};
+    return tl::unexpected(text.error());
+  }
+  std::vector<pid_t> pids;
+  std::istringstream in(*text);
+  for (pid_t pid; in >> pid;) pids.push_back(pid);
+  return pids;
+}
+
 Status removeCgroupDir(const std::string& path) {
   for (int attempt = 0;; ++attempt) {
     if (rmdir(path.c_str()) == 0 || errno == ENOENT) return ok();

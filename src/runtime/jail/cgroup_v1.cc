@@ -92,6 +92,10 @@ class CgroupV1 : public CgroupBackend {
     return waitCgroupState(state, [&](const std::string& t) { return t.rfind(want, 0) == 0; });
   }
 
+  Result<std::vector<pid_t>> processes(const std::string& id) override {
+    return readCgroupProcs(group("pids", id) + "/cgroup.procs");
+  }
+
   Status remove(const std::string& id) override {
     // v1 has no cgroup.kill; the runtime kills the sandbox's init first, and the pid namespace takes every
     // other task with it. Tasks still listed are exiting; removeCgroupDir waits for them.

@@ -66,6 +66,10 @@ class CgroupV2 : public CgroupBackend {
     return waitCgroupState(d + "/cgroup.events", [&](const std::string& t) { return t.find(want) != std::string::npos; });
   }
 
+  Result<std::vector<pid_t>> processes(const std::string& id) override {
+    return readCgroupProcs(dir(id) + "/cgroup.procs");
+  }
+
   Status remove(const std::string& id) override {
     std::string d = dir(id);
     if (access(d.c_str(), F_OK) != 0) return ok();

@@ -7,6 +7,7 @@
 #include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -160,6 +161,7 @@ Result<std::unique_ptr<JailRuntime>> JailRuntime::create(const JailConfig& confi
   spdlog::info("jail runtime: layers and snapshots on {}{}", volume.root, volume.own_mount ? " (SPACE's XFS volume)" : "");
   auto runtime = std::unique_ptr<JailRuntime>(new JailRuntime(config, std::move(cgroups), std::move(policy)));
   runtime->agent_fd_ = std::move(agent_fd);
+  ensureVolumeReserve(volume);
   runtime->volume_ = std::move(volume);
   return runtime;
 }
@@ -203,8 +205,12 @@ Result<std::shared_ptr<agent::AgentClient>> JailRuntime::connectAgent(const Pers
 Status JailRuntime::launch(const SandboxSpec& spec, PersistedInstance& persisted, const std::string& base_image,
                            uint32_t base_uid, bool relaunch) {
   const std::string image = persisted.state["image"].get<std::string>();
+  std::string device;
+  Defer note_device([&] {
+    if (!device.empty()) persisted.state["layer_dev"] = device;
+  });
   if (relaunch) {
-    TRY(mountLayerDisk(spec.dir, image));
+    TRY(mountLayerDisk(spec.dir, image, &device));
     // A snapshot of another sandbox (imported): its files move to this sandbox's uid range.
     if (base_uid) TRY(shiftLayerOwners(spec.dir, base_uid, spec.uid_base, spec.uid_count));
   } else {
@@ -213,12 +219,12 @@ Status JailRuntime::launch(const SandboxSpec& spec, PersistedInstance& persisted
       return makeError(ErrorKind::kConflict, "sandbox dir {} exists already (a leftover to destroy first?)", spec.dir);
     persisted.state["dir_created"] = true;
     if (base_image.empty()) {
-      TRY(createLayerDisk(spec.dir, image, spec.limits.disk_bytes, spec.limits.disk_inodes, spec.uid_base));
+      TRY(createLayerDisk(spec.dir, image, spec.limits.disk_bytes, spec.limits.disk_inodes, spec.uid_base, &device));
     } else {
       // A fork: the layer is a block-sharing clone of the snapshot's, whatever its size; its files move to
       // this sandbox's uid range.
       TRY(cloneFile(base_image, image, 0600, /*durable=*/false));
-      TRY(mountLayerDisk(spec.dir, image));
+      TRY(mountLayerDisk(spec.dir, image, &device));
       TRY(shiftLayerOwners(spec.dir, base_uid, spec.uid_base, spec.uid_count));
     }
     TRY(cgroups_->create(spec.id, spec.limits));
@@ -283,13 +289,32 @@ Status JailRuntime::launch(const SandboxSpec& spec, PersistedInstance& persisted
   }
 }
 
-Status JailRuntime::destroy(const PersistedInstance& inst) {
-  const auto& s = inst.state;
+Status JailRuntime::killCgroupProcesses(const std::string& cgroup) {
+  for (int round = 0; round < 50; ++round) {
+    ASSIGN_OR_RETURN(auto left, cgroups_->processes(cgroup));
+    if (left.empty()) return ok();
+    for (pid_t pid : left)
+      if (auto start = processStartTime(pid)) (void)killAndWait(pid, *start);
+  }
+  return makeError(ErrorKind::kInternal, "the processes of cgroup {} do not exit", cgroup);
+}
+
+Status JailRuntime::destroy(const PersistedInstance& in) {
+  PersistedInstance inst = in;
+  auto& s = inst.state;
   std::string dir = s.value("dir", std::string());
+  // A row written before the start got far (spaced died meanwhile) names only the sandbox's directory.
+  // That directory and the layer image have the sandbox's id in spaced's own state: both are its.
+  if (!s.contains("image") && dir == config_.state_dir + "/sandboxes/" + inst.id) {
+    s["image"] = volume_.layersDir() + "/" + inst.id + ".img";
+    s["dir_created"] = true;
+  }
   // A frozen task takes SIGKILL only once thawed (v1 freezer): thaw a paused sandbox first.
   (void)cgroups_->freeze(s.value("cgroup", inst.id), false);
   if (s.contains("pid") && s.contains("start_time"))
     TRY(killAndWait(s["pid"].get<int>(), s["start_time"].get<uint64_t>()));
+  // An init whose pid never reached the row (a start or restart cut short).
+  TRY(killCgroupProcesses(s.value("cgroup", inst.id)));
   TRY(cgroups_->remove(s.value("cgroup", inst.id)));
   // Only a directory this runtime created: a failed start must not delete a pre-existing one.
   if (!dir.empty() && s.value("dir_created", false))
@@ -325,6 +350,49 @@ Result<runtime::Usage> JailRuntime::usage(const PersistedInstance& inst) {
   return u;
 }
 
+// The layer's write counter: the sectors written to its loop device (/sys/dev/block/<maj:min>/stat,
+// field 7), after a syncfs through the sandbox's root has pushed every dirty page of the overlay's upper
+// ext4 to that device. Why this counter: it is the block layer's own (ext4's lifetime_write_kbytes is
+// derived from the same numbers), moves with every write bio (data, metadata, the superblock), costs
+// one small read, and walks nothing. Reads do not move it: the layer is mounted noatime, and its inode
+// tables are not zeroed lazily (noinit_itable). It restarts with a new loop device (rollback); while the
+// sandbox lives its mount holds the device, so the number cannot belong to anyone else.
+Result<uint64_t> JailRuntime::writeGeneration(const PersistedInstance& inst) {
+  const auto& state = inst.state;
+  std::string device = state.value("layer_dev", std::string());
+  int pid = state.value("pid", 0);
+  if (device.empty() || pid <= 0)
+    return makeError(ErrorKind::kUnsupported, "sandbox {}: its layer device is not recorded", inst.id);
+  if (!sameProcess(pid, state.value("start_time", uint64_t{0})))
+    return makeError(ErrorKind::kNotFound, "sandbox {}: init process {} is gone", inst.id, pid);
+  std::string root = fmt::format("/proc/{}/root", pid);
+  UniqueFd rootfd(open(root.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  if (!rootfd) return sysError(errno, "open {}", root);
+  if (syncfs(rootfd.get()) < 0) return sysError(errno, "syncfs of sandbox {}", inst.id);
+  ASSIGN_OR_RETURN(std::string stat, readFile("/sys/dev/block/" + device + "/stat"));
+  std::istringstream fields(stat);
+  uint64_t v[7] = {};
+  for (auto& x : v)
+    if (!(fields >> x)) return makeError(ErrorKind::kInternal, "sandbox {}: unreadable /sys/dev/block/{}/stat", inst.id, device);
+  return v[6];  // sectors written
+}
+
+Status JailRuntime::checkVolumeSpace(const std::string& what) const {
+  ensureVolumeReserve(volume_);  // again, if a rollback used it and there is room now
+  struct statvfs vfs;
+  if (statvfs(volume_.root.c_str(), &vfs) < 0) return sysError(errno, "statvfs {}", volume_.root);
+  uint64_t total = static_cast<uint64_t>(vfs.f_blocks) * vfs.f_frsize;
+  uint64_t free = static_cast<uint64_t>(vfs.f_bavail) * vfs.f_frsize;
+  // A clone is metadata only, but every block the sandboxes write afterwards is a new one (copy on write):
+  // keep 32 MiB or 2% for that.
+  uint64_t reserve = std::max<uint64_t>(32ull << 20, total / 50);
+  if (free >= reserve) return ok();
+  return tl::unexpected(Error{ErrorKind::kResourceExhausted, ENOSPC,
+                              fmt::format("{}: the layer volume {} is full ({} MiB free of {} MiB, {} MiB kept in "
+                                          "reserve); delete snapshots or sandboxes",
+                                          what, volume_.root, free >> 20, total >> 20, reserve >> 20)});
+}
+
 // Pause is the cgroup freezer: every process of the sandbox, the agent included, stops where it is;
 // memory, files and open connections stay. The agent answers again after resume.
 Status JailRuntime::pause(Instance& inst) {
@@ -346,6 +414,7 @@ Result<runtime::SnapshotRef> JailRuntime::snapshot(Instance& inst, runtime::Snap
   if (image.rfind(volume_.layersDir() + "/", 0) != 0)
     return makeError(ErrorKind::kUnsupported, "sandbox {} was made before snapshots existed (its layer is not "
                      "on the layer volume)", inst.id);
+  TRY(checkVolumeSpace("snapshot " + inst.id));
   runtime::SnapshotRef ref;
   ref.id = "snap-" + randomHex(8);
   ref.kind = "filesystem";
@@ -392,6 +461,7 @@ Result<Instance> JailRuntime::restore(const runtime::SnapshotRef& ref, const San
   auto meta = nlohmann::json::parse(in, nullptr, false);
   if (!meta.is_object() || !meta.contains("uid_base"))
     return makeError(ErrorKind::kInvalidArgument, "snapshot {}: snapshot.json unreadable", ref.id);
+  TRY(checkVolumeSpace("fork " + spec.id + " from " + ref.id));
   return startFrom(spec, ref.path + "/disk.img", meta["uid_base"].get<uint32_t>());
 }
 
@@ -409,31 +479,69 @@ Result<Instance> JailRuntime::rollback(Instance& inst, const runtime::SnapshotRe
   std::string next = image + ".next";
   unlink(next.c_str());
   // Not synced: after a host crash the rename may be lost too, and the sandbox keeps its old layer.
-  TRY(cloneFile(ref.path + "/disk.img", next, 0600, /*durable=*/false));
+  auto cloned = cloneFile(ref.path + "/disk.img", next, 0600, /*durable=*/false);
+  // A full volume: the ballast kept for this makes room (the old layer's blocks are freed after).
+  if (!cloned && cloned.error().sys_errno == ENOSPC && releaseVolumeReserve(volume_)) {
+    unlink(next.c_str());
+    cloned = cloneFile(ref.path + "/disk.img", next, 0600, /*durable=*/false);
+  }
+  TRY(std::move(cloned));
   if (chmod(next.c_str(), 0600) < 0) return sysError(errno, "chmod {}", next);
-  std::string cgroup = state.value("cgroup", inst.id);
-  (void)cgroups_->freeze(cgroup, false);
-  TRY(killAndWait(state["pid"].get<int>(), state["start_time"].get<uint64_t>()));
-  unmountHostCopies(dir);
-  // The old image's inode lives on until the old mount namespace is fully gone; the path is the new one.
-  if (rename(next.c_str(), image.c_str()) < 0) return sysError(errno, "rename {} to {}", next, image);
-  SandboxSpec spec;
-  spec.id = inst.id;
-  spec.dir = dir;
-  spec.template_rootfs = state["rootfs_template"].get<std::string>();
-  spec.hostname = state.value("hostname", inst.id);
-  spec.uid_base = state.value("uid_base", 0u);
-  spec.uid_count = state.value("uid_count", 65536u);
-  spec.limits.nofile = state.value("nofile", 4096u);
   uint32_t snap_uid = 0;
   {
     std::ifstream in(ref.path + "/snapshot.json");
     auto meta = nlohmann::json::parse(in, nullptr, false);
     if (meta.is_object()) snap_uid = meta.value("uid_base", 0u);
   }
-  TRY(launch(spec, persisted, "", snap_uid, /*relaunch=*/true));
-  ASSIGN_OR_RETURN(auto agent, connectAgent(persisted).map_error([&](Error e) { return e.context("rollback " + inst.id); }));
-  return Instance{inst.id, persisted.state["pid"].get<int>(), std::move(agent), std::move(persisted)};
+  std::string cgroup = state.value("cgroup", inst.id);
+  (void)cgroups_->freeze(cgroup, false);
+  TRY(killAndWait(state["pid"].get<int>(), state["start_time"].get<uint64_t>()));
+  unmountHostCopies(dir);
+  // The old image's inode lives on until the old mount namespace is fully gone; the path is the new one.
+  if (rename(next.c_str(), image.c_str()) < 0) return sysError(errno, "rename {} to {}", next, image);
+  auto restarted = relaunchInPlace(persisted, snap_uid);
+  ensureVolumeReserve(volume_);
+  return restarted;
+}
+
+// The second half of a rollback, also what finishes one that a dead spaced left half-done: whatever
+// layer image the sandbox has now (the old one, or the snapshot's clone: the rename is atomic) is
+// mounted again and the sandbox started on it in place.
+Result<Instance> JailRuntime::restartInPlace(const PersistedInstance& inst, uint32_t files_uid_base) {
+  PersistedInstance persisted = inst;
+  auto& state = persisted.state;
+  std::string dir = state.value("dir", std::string());
+  std::string image = state.value("image", std::string());
+  if (image.empty() || dir.empty() || !state.contains("rootfs_template"))
+    return makeError(ErrorKind::kUnsupported, "sandbox {} was made before rollback existed", inst.id);
+  std::string cgroup = state.value("cgroup", inst.id);
+  (void)cgroups_->freeze(cgroup, false);
+  if (state.contains("pid") && state.contains("start_time"))
+    TRY(killAndWait(state["pid"].get<int>(), state["start_time"].get<uint64_t>()));
+  // An init the interrupted relaunch started is in the cgroup but in no row: every process there goes
+  // (each is the init of a pid namespace or dies with one).
+  TRY(killCgroupProcesses(cgroup));
+  // Whatever a launch cut short left mounted on the host (the layer, the rootfs).
+  unmountHostCopies(dir);
+  std::string next = image + ".next";
+  unlink(next.c_str());  // a clone whose rename never happened: the sandbox keeps its old layer
+  return relaunchInPlace(persisted, files_uid_base);
+}
+
+Result<Instance> JailRuntime::relaunchInPlace(PersistedInstance persisted, uint32_t files_uid_base) {
+  auto& state = persisted.state;
+  SandboxSpec spec;
+  spec.id = persisted.id;
+  spec.dir = state.value("dir", std::string());
+  spec.template_rootfs = state["rootfs_template"].get<std::string>();
+  spec.hostname = state.value("hostname", persisted.id);
+  spec.uid_base = state.value("uid_base", 0u);
+  spec.uid_count = state.value("uid_count", 65536u);
+  spec.limits.nofile = state.value("nofile", 4096u);
+  TRY(launch(spec, persisted, "", files_uid_base, /*relaunch=*/true));
+  ASSIGN_OR_RETURN(auto agent, connectAgent(persisted).map_error([&](Error e) { return e.context("restart " + persisted.id); }));
+  int pid = state["pid"].get<int>();
+  return Instance{persisted.id, pid, std::move(agent), std::move(persisted)};
 }
 
 }  // namespace space::jail

@@ -56,6 +56,8 @@ class JailRuntime : public runtime::Runtime {
   Status destroy(const runtime::PersistedInstance& inst) override;
   Result<runtime::Instance> reattach(const runtime::PersistedInstance& inst) override;
   Result<runtime::Usage> usage(const runtime::PersistedInstance& inst) override;
+  Result<uint64_t> writeGeneration(const runtime::PersistedInstance& inst) override;
+  Result<runtime::Instance> restartInPlace(const runtime::PersistedInstance& inst, uint32_t files_uid_base) override;
 
   // Start-up reconciliation: deletes sandbox host links not named in keep.
   void removeUnknownLinks(const std::set<std::string>& keep) const;
@@ -64,8 +66,14 @@ class JailRuntime : public runtime::Runtime {
   CgroupKind cgroupKind() const { return cgroups_->kind(); }
   std::string sandboxesDir() const { return config_.state_dir + "/sandboxes"; }
   const LayerVolume& volume() const { return volume_; }
+  // ENOSPC (HTTP 507) naming the layer volume when less than its reserve is free: snapshots and forks are
+  // refused there rather than made on a volume where the sandboxes' next writes (copy-on-write now) fail.
+  Status checkVolumeSpace(const std::string& what) const;
 
  private:
+  // SIGKILL to every process of the cgroup (each the init of a pid namespace, or one that dies with it).
+  Status killCgroupProcesses(const std::string& cgroup);
+  Result<runtime::Instance> relaunchInPlace(runtime::PersistedInstance persisted, uint32_t files_uid_base);
   JailRuntime(JailConfig config, std::unique_ptr<CgroupBackend> cgroups, std::string policy);
   // base_image: a snapshot's layer to clone instead of a fresh one. relaunch: the directory, image, cgroup
   // and subnet of persisted exist already (rollback).

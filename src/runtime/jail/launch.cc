@@ -5,6 +5,7 @@
 #include <linux/mount.h>
 #include <linux/sched.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/mount.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -38,11 +39,18 @@ void stubFail(int sync_fd, const char* what) {
 }
 
 [[noreturn]] void preExecStub(int agent_fd, int sync_fd, int listen_fd, int stdio_fd, char* const argv[]) {
+  // This copy of spaced holds every descriptor spaced had, the host's end of sync_fd included, so a
+  // spaced killed before the go byte would never be seen as EOF: die with the launching thread instead
+  // (it lives until the go byte is sent). Cleared after it: the sandbox's init must outlive that thread
+  // (forks start children on threads that end), and from the go byte on it is in the sandbox's cgroup,
+  // where a restarted spaced finds it.
+  (void)syscall(SYS_prctl, PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0);
   char go = 0;
   ssize_t n;
   do n = read(sync_fd, &go, 1);
   while (n < 0 && errno == EINTR);
   if (n != 1 || go != kGoByte) _exit(126);  // the host gave up on us
+  (void)syscall(SYS_prctl, PR_SET_PDEATHSIG, 0, 0, 0, 0);
   // Raw syscalls: glibc's set*id wrappers broadcast to all threads, and its bookkeeping is a copy of
   // spaced's multi-threaded state here. We are the only thread.
   if (syscall(SYS_setgroups, 0, nullptr) < 0) stubFail(sync_fd, "setgroups(0)");
@@ -100,7 +108,9 @@ Status buildRootfs(pid_t userns_pid, const std::string& template_rootfs, const s
   TRY(sys::moveMountTo(tree.get(), dir + "/lower"));
   std::string options = fmt::format("lowerdir={0}/lower,upperdir={0}/disk/upper,workdir={0}/disk/work", dir);
   std::string target = dir + "/rootfs";
-  if (mount("overlay", target.c_str(), "overlay", MS_NOSUID | MS_NODEV, options.c_str()) < 0)
+  // noatime: a read inside must not write the layer (rolling history after exec compares its write
+  // counter; JailRuntime::writeGeneration).
+  if (mount("overlay", target.c_str(), "overlay", MS_NOSUID | MS_NODEV | MS_NOATIME, options.c_str()) < 0)
     return sysError(errno, "mount overlay at {} ({})", target, options);
   return ok();
 }

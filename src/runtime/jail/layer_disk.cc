@@ -4,6 +4,7 @@
 #include <spawn.h>
 #include <sys/mount.h>
 #include <sys/stat.h>
+#include <sys/sysmacros.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -57,14 +58,22 @@ Status runTool(const std::vector<std::string>& argv) {
   return ok();
 }
 
-Status mountLayerDisk(const std::string& dir, const std::string& image) {
+Status mountLayerDisk(const std::string& dir, const std::string& image, std::string* device) {
   // 0711: the sandbox's uid must traverse it (its init resolves rootfs/ before pivot_root), nothing more.
   TRY(ensureDir(dir, 0711));
   std::string disk = dir + "/disk";
   TRY(ensureDir(disk, 0711));
   ASSIGN_OR_RETURN(sys::LoopDevice loop, sys::attachLoopDevice(image));
-  if (mount(loop.path.c_str(), disk.c_str(), "ext4", MS_NOSUID | MS_NODEV, nullptr) < 0)
+  // noatime: reading a file must not write the layer (a read-only exec leaves its write counter, and the
+  // rolling history, alone). noinit_itable: the image is sparse, so its inode tables read as zeros
+  // already; the kernel's lazy zeroing would only write (and allocate) them for nothing.
+  if (mount(loop.path.c_str(), disk.c_str(), "ext4", MS_NOSUID | MS_NODEV | MS_NOATIME, "noinit_itable") < 0)
     return sysError(errno, "mount {} ({}) on {}", image, loop.path, disk);
+  if (device) {
+    struct stat st;
+    if (fstat(loop.fd.get(), &st) < 0) return sysError(errno, "stat {}", loop.path);
+    *device = fmt::format("{}:{}", major(st.st_rdev), minor(st.st_rdev));
+  }
   // Private: nothing mounted here may propagate into other mount namespaces of the host (which would pin
   // the sandbox's layer after destroy).
   if (mount("none", disk.c_str(), nullptr, MS_PRIVATE, nullptr) < 0) return sysError(errno, "make {} private", disk);
@@ -74,7 +83,7 @@ Status mountLayerDisk(const std::string& dir, const std::string& image) {
 }
 
 Status createLayerDisk(const std::string& dir, const std::string& image, uint64_t bytes, uint64_t inodes,
-                       uint32_t owner) {
+                       uint32_t owner, std::string* device) {
   {
     UniqueFd fd(open(image.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600));
     if (!fd) return sysError(errno, "create {}", image);
@@ -86,7 +95,7 @@ Status createLayerDisk(const std::string& dir, const std::string& image, uint64_
   // -m 0: no blocks reserved for root (the sandbox's root is the only user). -N: the inode quota.
   TRY(runTool({"mkfs.ext4", "-q", "-F", "-O", "^has_journal", "-m", "0", "-N", std::to_string(inodes), "-E",
                   fmt::format("lazy_itable_init=1,root_owner={0}:{0}", owner), image}));
-  TRY(mountLayerDisk(dir, image));
+  TRY(mountLayerDisk(dir, image, device));
   for (const char* sub : {"upper", "work"}) {
     std::string path = dir + "/disk/" + sub;
     TRY(makeDir(path, 0755));

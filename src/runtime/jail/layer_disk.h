@@ -18,8 +18,9 @@ namespace space::jail {
 // Creates <dir> (0711), the image at `image`, the ext4 filesystem in it (root directory owned by `owner`),
 // mounts it at <dir>/disk, and creates upper/ and work/ in it owned by `owner`, plus the mount points
 // lower/ and rootfs/ next to it.
+// device: set to the loop device's "major:minor" (its write counters: JailRuntime::writeGeneration).
 Status createLayerDisk(const std::string& dir, const std::string& image, uint64_t bytes, uint64_t inodes,
-                       uint32_t owner);
+                       uint32_t owner, std::string* device = nullptr);
 
 // A layer cloned from another sandbox's (a fork): files of the source's uid range [from_base, +count)
 // move to [to_base, +count). Metadata only (data blocks stay shared); the walk costs per file.
@@ -27,7 +28,7 @@ Status shiftLayerOwners(const std::string& dir, uint32_t from_base, uint32_t to_
 
 // The same around an existing image (a clone of a snapshot's): creates <dir>, mounts `image` at <dir>/disk
 // and the mount points. The image keeps its own size and inode count.
-Status mountLayerDisk(const std::string& dir, const std::string& image);
+Status mountLayerDisk(const std::string& dir, const std::string& image, std::string* device = nullptr);
 
 // Detaches every host mount under <dir> and removes the directory and `image`. Idempotent. The image's
 // blocks are freed once the sandbox's own mount namespace (which still holds the overlay) is gone.

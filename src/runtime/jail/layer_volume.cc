@@ -6,6 +6,7 @@
 #include <sys/ioctl.h>
 #include <sys/mount.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -138,6 +139,29 @@ Result<LayerVolume> openLayerVolume(const std::string& state_dir, uint64_t bytes
   v.own_mount = true;
   TRY(makeSubdirs(v));
   return v;
+}
+
+void ensureVolumeReserve(const LayerVolume& v) {
+  std::string path = v.reservePath();
+  struct stat st;
+  if (stat(path.c_str(), &st) == 0 && static_cast<uint64_t>(st.st_blocks) * 512 >= kVolumeReserveBytes) return;
+  struct statvfs vfs;
+  if (statvfs(v.root.c_str(), &vfs) < 0 ||
+      static_cast<uint64_t>(vfs.f_bavail) * vfs.f_frsize < 2 * kVolumeReserveBytes)
+    return;
+  std::string tmp = path + ".tmp";
+  UniqueFd fd(open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600));
+  if (!fd) return;
+  if (fallocate(fd.get(), 0, 0, static_cast<off_t>(kVolumeReserveBytes)) < 0 || rename(tmp.c_str(), path.c_str()) < 0) {
+    unlink(tmp.c_str());
+    return;
+  }
+}
+
+bool releaseVolumeReserve(const LayerVolume& v) {
+  if (unlink(v.reservePath().c_str()) < 0) return false;
+  spdlog::warn("layer volume {} is full: its reserve is released for a rollback", v.root);
+  return true;
 }
 
 Status closeLayerVolume(const std::string& state_dir) {

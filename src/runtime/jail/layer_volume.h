@@ -21,7 +21,16 @@ struct LayerVolume {
   bool own_mount = false;  // root is SPACE's loop-mounted XFS image
   std::string layersDir() const { return root + "/layers"; }
   std::string snapshotsDir() const { return root + "/snapshots"; }
+  std::string reservePath() const { return root + "/layer-volume.reserve"; }
 };
+
+// Ballast: a file of kVolumeReserveBytes allocated blocks on the volume. A full volume fails snapshots and
+// forks, but a rollback is how a sandbox gets out of a full disk: its clone may use the ballast's space
+// (releaseVolumeReserve), and the ballast is made again once there is room (ensureVolumeReserve: only
+// when at least twice its size is free; best effort).
+inline constexpr uint64_t kVolumeReserveBytes = 32ull << 20;
+void ensureVolumeReserve(const LayerVolume& v);
+bool releaseVolumeReserve(const LayerVolume& v);  // true if there was one
 
 // Finds or makes the volume for state_dir: the state dir itself when it can reflink, else
 // <state>/volume.img (sparse, `bytes`, XFS with reflink) mounted at <state>/volume (mounted already:

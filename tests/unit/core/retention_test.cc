@@ -80,5 +80,26 @@ TEST(Retention, PolicyParsingRejectsNonsense) {
   }
 }
 
+TEST(Retention, AfterExecNeedsNoCadenceAndRoundTrips) {
+  auto only = HistoryPolicy::parse({{"after_exec", true}});
+  ASSERT_TRUE(only) << only.error().message;
+  EXPECT_TRUE(only->after_exec);
+  EXPECT_EQ(only->every_s, 0);
+  EXPECT_FALSE(snapshotDue(*only, 0, kDay));  // no time cadence: only execs take snapshots
+  EXPECT_EQ(only->keep.size(), 3u);            // thinned like the periodic ones
+  auto both = HistoryPolicy::parse({{"every_s", 600}, {"after_exec", true}});
+  ASSERT_TRUE(both);
+  auto again = HistoryPolicy::parse(both->toJson());
+  ASSERT_TRUE(again);
+  EXPECT_TRUE(again->after_exec);
+  EXPECT_EQ(again->every_s, 600);
+  EXPECT_FALSE(HistoryPolicy::parse({{"every_s", 600}})->toJson().contains("after_exec"));
+  EXPECT_TRUE(HistoryPolicy::parse({{"every_s", 0}, {"after_exec", true}}));
+  for (const char* bad : {R"({"after_exec": false})", R"({"after_exec": "yes"})", R"({"after_exec": 1})",
+                          R"({"every_s": 0})", R"({"every_s": 10, "after_exec": true})"}) {
+    EXPECT_FALSE(HistoryPolicy::parse(nlohmann::json::parse(bad))) << bad;
+  }
+}
+
 }  // namespace
 }  // namespace space::core
