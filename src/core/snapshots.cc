@@ -40,6 +40,18 @@ Status checkSnapshotName(const std::string& name) {
 
 }  // namespace
 
+// A VM resumed from a snapshot continues the snapshot's memory: its clock is the snapshot's, and its RNG
+// would repeat what it produced after the snapshot the first time. Both are renewed before anything runs,
+// and the hostname is the sandbox's (an imported snapshot comes from another sandbox).
+static void renewGuestIdentity(agent::Identity& identity, const std::string& sandbox_id) {
+  std::random_device rd;
+  unsigned char seed[32];
+  for (auto& c : seed) c = static_cast<unsigned char>(rd());
+  identity.rng_seed_hex = toHex(seed, sizeof seed);
+  identity.clock_unix_ms = nowUnixMs();
+  identity.hostname = sandbox_id;
+}
+
 Status Manager::sealUserEnv(store::SandboxRecord& rec, const std::map<std::string, std::string>& env) {
   rec.spec.erase("env_sealed");
   if (env.empty()) return ok();
@@ -313,16 +325,7 @@ Result<SandboxView> Manager::rollback(const std::string& id, const std::string& 
   if (!env.empty() || rec.runtime == "vm") {
     agent::Identity identity;
     identity.env = env;
-    if (rec.runtime == "vm") {
-      // The guest continues from the snapshot's memory: its clock is the snapshot's, and its RNG would
-      // repeat what it produced after the snapshot the first time. Both are renewed before anything runs.
-      std::random_device rd;
-      unsigned char seed[32];
-      for (auto& c : seed) c = static_cast<unsigned char>(rd());
-      identity.rng_seed_hex = toHex(seed, sizeof seed);
-      identity.clock_unix_ms = nowUnixMs();
-      identity.hostname = rec.id;  // an imported snapshot comes from another sandbox
-    }
+    if (rec.runtime == "vm") renewGuestIdentity(identity, rec.id);
     TRY(next->agent->setIdentity(identity));
   }
   rec.persisted = next->persisted.state;
@@ -355,16 +358,25 @@ Result<runtime::Instance> Manager::finishRollback(store::SandboxRecord& rec) {
     if (meta.is_object()) files_uid = meta.value("uid_base", 0u);
   }
   runtime::Runtime& rt = runtimeFor(rec.runtime);
-  ASSIGN_OR_RETURN(runtime::Instance inst, rt.restartInPlace({rec.id, rec.runtime, rec.persisted}, files_uid));
+  runtime::Instance inst;
+  if (rec.runtime == "vm") {
+    // A VM's rollback is a restore from the snapshot again (its old VMM, if any is left, is replaced).
+    ASSIGN_OR_RETURN(store::SnapshotRecord snap, store_->getSnapshot(snap_id));
+    runtime::Instance old = instanceOf(rec);
+    ASSIGN_OR_RETURN(inst, rt.rollback(old, refOf(snap)));
+  } else {
+    ASSIGN_OR_RETURN(inst, rt.restartInPlace({rec.id, rec.runtime, rec.persisted}, files_uid));
+  }
   ASSIGN_OR_RETURN(auto env, userEnv(rec));
   // The secrets' placeholders come from the row; the CA variables only from a running space-egress
   // (re-registered by resyncEgress after reconciliation).
   if (rec.spec.contains("egress"))
     for (const auto& b : rec.spec["egress"].value("secrets", nlohmann::json::array()))
       env.emplace(b["name"].get<std::string>(), b["placeholder"].get<std::string>());
-  if (!env.empty()) {
+  if (!env.empty() || rec.runtime == "vm") {
     agent::Identity identity;
     identity.env = env;
+    if (rec.runtime == "vm") renewGuestIdentity(identity, rec.id);
     TRY(inst.agent->setIdentity(identity));
   }
   rec.persisted = inst.persisted.state;
