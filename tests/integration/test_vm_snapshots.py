@@ -305,3 +305,48 @@ def test_kill9_during_vm_snapshots_leaves_the_vm_running_and_whole_snapshots(own
     c.call("POST", f"/v1/sandboxes/{sid}/rollback", {"snapshot": listed[-1]["id"]})
     assert c.download(sid, "/root/keep.txt") == b"kept\n"
     c.delete(sid)
+
+
+def test_kill9_during_vm_rollback_finishes_it_at_the_next_start(own_daemon):
+    """spaced is killed after a VM rollback killed the old VMM and before the new one answered: the next
+    start restores the snapshot again, and the VM runs with the snapshot's files and processes."""
+    import threading
+    import time
+    d = own_daemon({"pool_size": 0, "vm_pool_size": 0, "default_template": "busybox"})
+    c = d.client
+    reason = vm_unavailable_reason(c)
+    if reason:
+        pytest.skip(reason)
+    c.call("POST", "/v1/templates/busybox/warm", {})
+    sid = c.create(template="busybox", isolation="vm")["id"]
+    bg = start_counter(c, sid)
+    c.upload(sid, "/root/keep.txt", b"snapshot\n")
+    s = c.call("POST", f"/v1/sandboxes/{sid}/snapshots", {})
+    c.upload(sid, "/root/keep.txt", b"later\n")
+    old_vmm = next(p for p in spacelib.all_pids()
+                   if f"/sandboxes/{sid}/qmp.sock".encode() in spacelib.read(f"/proc/{p}/cmdline").encode())
+    def roll():
+        try:
+            c.raw("POST", f"/v1/sandboxes/{sid}/rollback", {"snapshot": s["id"]})
+        except Exception:  # noqa: BLE001 - the daemon dies under it
+            pass
+
+    t = threading.Thread(target=roll, daemon=True)
+    t.start()
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and spacelib.pid_start_time(old_vmm) is not None \
+            and not spacelib.is_zombie(old_vmm):
+        time.sleep(0.001)
+    d.kill9()
+    t.join(30)
+    d.start()
+    assert c.get(sid)["state"] == "running"
+    assert "finishing the interrupted rollback" in d.log_path.read_text(errors="replace")
+    assert c.download(sid, "/root/keep.txt") == b"snapshot\n"
+    assert {p["id"]: p for p in c.processes(sid)}[bg["id"]]["running"] is True
+    n = count(c, sid)
+    wait_for(lambda: count(c, sid) > n, timeout=60, what="the restored loop to go on")
+    vmms = [p for p in spacelib.all_pids()
+            if f"/sandboxes/{sid}/qmp.sock".encode() in spacelib.read(f"/proc/{p}/cmdline").encode()]
+    assert len(vmms) == 1, vmms  # no VMM of the interrupted attempt is left
+    c.delete(sid)

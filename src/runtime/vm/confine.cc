@@ -154,6 +154,11 @@ Result<QemuProcess> launchConfinedQemu(const QemuSpec& spec, const VmmJail& jail
   if (child.pid == 0) {
     int rfd = report_write.get();
     int step = -1;
+    // This copy of spaced must see spaced's death while it waits for the go byte: its own copy of the
+    // pipe's write end goes (else the read below never ends), and it dies with the launching thread
+    // until the exec. Left waiting, it would hold every descriptor spaced had — its API socket too.
+    close(go_write.get());
+    (void)syscall(SYS_prctl, PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0);
     if (syscall(SYS_setsid) < 0) fail(rfd, step);
     // Nothing mounted below propagates back to the host.
     if (mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) < 0) fail(rfd, step);
@@ -218,6 +223,8 @@ Result<QemuProcess> launchConfinedQemu(const QemuSpec& spec, const VmmJail& jail
     }
     if (syscall(SYS_close_range, 1024, ~0U, CLOSE_RANGE_CLOEXEC) < 0) fail(rfd, step);
     char* const envp[] = {nullptr};
+    // The VMM outlives spaced (reattach after a restart): no parent-death signal past this point.
+    (void)syscall(SYS_prctl, PR_SET_PDEATHSIG, 0, 0, 0, 0);
     execve(qemu_path.c_str(), cargv.data(), envp);
     step = -5;
     fail(rfd, step);

@@ -8,6 +8,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 
@@ -154,6 +155,16 @@ void killVmm(pid_t pid) {
   // After a daemon restart QEMU is no longer our child: waitpid fails with ECHILD, init reaps it.
   while (waitpid(pid, nullptr, 0) < 0 && errno == EINTR) {
   }
+}
+
+pid_t findQemuOf(const std::string& dir) {
+  for (const auto& e : std::filesystem::directory_iterator("/proc", std::filesystem::directory_options::skip_permission_denied)) {
+    const std::string name = e.path().filename().string();
+    if (name.empty() || name.find_first_not_of("0123456789") != std::string::npos) continue;
+    pid_t pid = static_cast<pid_t>(std::stol(name));
+    if (isQemuOf(pid, dir)) return pid;
+  }
+  return 0;
 }
 
 }  // namespace space::vm

@@ -91,6 +91,9 @@ Result<QemuProcess> launchQemu(const QemuSpec& spec);
 // destroy and reattach, which start from a persisted pid, against pid reuse.
 bool isQemuOf(pid_t pid, const std::string& dir);
 
+// The QEMU whose command line names this VM directory's QMP socket (0: none), found through /proc.
+pid_t findQemuOf(const std::string& dir);
+
 // Kills the VMM and waits until it has exited (its descriptors closed), reaping it when it is our child.
 // Killing QEMU is the whole teardown of the guest.
 void killVmm(pid_t pid);

@@ -109,17 +109,6 @@ Status writeKernelStub(const std::string& kernel, const std::string& out) {
   return ok();
 }
 
-// The QEMU whose command line names this VM directory's QMP socket (0: none).
-pid_t findQemuOf(const std::string& dir) {
-  for (const auto& e : fs::directory_iterator("/proc", std::filesystem::directory_options::skip_permission_denied)) {
-    const std::string name = e.path().filename().string();
-    if (name.empty() || name.find_first_not_of("0123456789") != std::string::npos) continue;
-    pid_t pid = static_cast<pid_t>(std::stol(name));
-    if (isQemuOf(pid, dir)) return pid;
-  }
-  return 0;
-}
-
 }  // namespace
 
 std::string macFor(const net::SandboxSubnet& subnet) {

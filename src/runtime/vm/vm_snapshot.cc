@@ -9,6 +9,7 @@
 // processes continue where they were. Memory shared with the template stays shared; nothing is copied
 // whole.
 #include <fcntl.h>
+#include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -330,9 +331,20 @@ Result<runtime::Instance> VmRuntime::rollback(runtime::Instance& inst, const run
   inst.agent.reset();
   pid_t pid = state.value("pid", 0);
   if (isQemuOf(pid, dir)) killVmm(pid);
+  // A VMM of an earlier attempt that spaced's death cut short (finishing a rollback at start-up).
+  for (int i = 0; i < 8; ++i) {
+    pid_t stray = findQemuOf(dir);
+    if (stray <= 0) break;
+    killVmm(stray);
+  }
   auto t_kill = Clock::now();
   std::string cgroup = state.value("cgroup", "");
-  if (cgroups_ && !cgroup.empty()) TRY(cgroups_->remove(cgroup));
+  if (cgroups_ && !cgroup.empty()) {
+    // Anything else left in the VMM's group (a launch of that attempt that never reached QEMU).
+    if (auto left = cgroups_->processes(cgroup))
+      for (pid_t p : *left) (void)kill(p, SIGKILL);
+    TRY(cgroups_->remove(cgroup));
+  }
   spdlog::debug("vm {} rollback: old VMM gone in {} us, cgroup {} us", inst.id,
                 std::chrono::duration_cast<std::chrono::microseconds>(t_kill - t0).count(),
                 std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() - t_kill).count());
