@@ -192,9 +192,10 @@ Status Rtnl::setMac(const std::string& name, const unsigned char mac[6]) {
   return request(m.buf, m.hdr()->nlmsg_len, fmt::format("set address of {}", name).c_str());
 }
 
-Status Rtnl::addAddressV4(const std::string& name, uint32_t address, int prefix) {
+Status Rtnl::addressV4(uint16_t type, uint16_t flags, const std::string& name, uint32_t address, int prefix,
+                       const char* what) {
   ASSIGN_OR_RETURN(int index, linkIndex(name));
-  Msg m(RTM_NEWADDR, NLM_F_CREATE | NLM_F_EXCL);
+  Msg m(type, flags);
   ifaddrmsg ifa{};
   ifa.ifa_family = AF_INET;
   ifa.ifa_prefixlen = uint8_t(prefix);
@@ -203,21 +204,15 @@ Status Rtnl::addAddressV4(const std::string& name, uint32_t address, int prefix)
   uint32_t be = htonl(address);
   m.attr(IFA_LOCAL, &be, 4);
   m.attr(IFA_ADDRESS, &be, 4);
-  return request(m.buf, m.hdr()->nlmsg_len, fmt::format("add address to {}", name).c_str());
+  return request(m.buf, m.hdr()->nlmsg_len, fmt::format("{} {}", what, name).c_str());
+}
+
+Status Rtnl::addAddressV4(const std::string& name, uint32_t address, int prefix) {
+  return addressV4(RTM_NEWADDR, NLM_F_CREATE | NLM_F_EXCL, name, address, prefix, "add address to");
 }
 
 Status Rtnl::deleteAddressV4(const std::string& name, uint32_t address, int prefix) {
-  ASSIGN_OR_RETURN(int index, linkIndex(name));
-  Msg m(RTM_DELADDR, 0);
-  ifaddrmsg ifa{};
-  ifa.ifa_family = AF_INET;
-  ifa.ifa_prefixlen = uint8_t(prefix);
-  ifa.ifa_index = uint32_t(index);
-  m.put(ifa);
-  uint32_t be = htonl(address);
-  m.attr(IFA_LOCAL, &be, 4);
-  m.attr(IFA_ADDRESS, &be, 4);
-  return request(m.buf, m.hdr()->nlmsg_len, fmt::format("delete address from {}", name).c_str());
+  return addressV4(RTM_DELADDR, 0, name, address, prefix, "delete address from");
 }
 
 // Replaces any default route: a VM forked from another keeps its parent's until its own is set.

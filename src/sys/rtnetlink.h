@@ -33,6 +33,7 @@ class Rtnl {
  private:
   explicit Rtnl(UniqueFd fd) : fd_(std::move(fd)) {}
   Status request(void* msg, size_t len, const char* what);
+  Status addressV4(uint16_t type, uint16_t flags, const std::string& name, uint32_t address, int prefix, const char* what);
   UniqueFd fd_;
   uint32_t seq_ = 1;
 };

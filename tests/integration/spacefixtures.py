@@ -231,6 +231,34 @@ def vm_unavailable_reason(client) -> str | None:
            f"(scripts/vm/build-guest makes the guest)"
 
 
+@pytest.fixture(scope="module")
+def vm(client):
+    """The busybox template's VM artifacts, made once per module (a boot under emulation); skips with the
+    reason where the vm tier is unavailable."""
+    reason = vm_unavailable_reason(client)
+    if reason:
+        print("\n" + reason)
+        pytest.skip(reason)
+    return client.call("POST", "/v1/templates/busybox/warm", {})
+
+
+@pytest.fixture
+def make_vm(make_sandbox, vm):
+    def make(**kw):
+        return make_sandbox(isolation="vm", **kw)["id"]
+    return make
+
+
+def own_vm_daemon(own_daemon, **config):
+    """A daemon of the test's own with no pools and busybox warmed for VMs; skips where the tier is missing."""
+    d = own_daemon({"pool_size": 0, "vm_pool_size": 0, "default_template": "busybox", **config})
+    reason = vm_unavailable_reason(d.client)
+    if reason:
+        pytest.skip(reason)
+    d.client.call("POST", "/v1/templates/busybox/warm", {})
+    return d
+
+
 def tier_sandbox(tier: str, client, make_sandbox) -> str:
     if tier == "vm":
         reason = vm_unavailable_reason(client)

@@ -17,23 +17,6 @@ from spacefixtures import vm_unavailable_reason
 from spacelib import ApiError, Daemon, wait_for
 
 
-@pytest.fixture(scope="module")
-def vm(client):
-    reason = vm_unavailable_reason(client)
-    if reason:
-        print("\n" + reason)
-        pytest.skip(reason)
-    # The template's VM artifacts are made once (a boot under emulation) and shared by every VM below.
-    return client.call("POST", "/v1/templates/busybox/warm", {})
-
-
-@pytest.fixture
-def make_vm(make_sandbox, vm):
-    def make(**kw):
-        return make_sandbox(isolation="vm", **kw)["id"]
-    return make
-
-
 def pids_with_cmdline(needle: bytes) -> list[int]:
     out = []
     for pid in spacelib.all_pids():

@@ -9,28 +9,12 @@ import re
 import pytest
 
 import spacelib
-from spacefixtures import vm_unavailable_reason
+from spacefixtures import own_vm_daemon
 from spacelib import ApiError, Daemon, wait_for
 
 SNAP_RE = re.compile(r"^snap-[0-9a-f]{16}$")
 COUNTER = ("i=0; while true; do i=$((i+1)); echo $i > /tmp/count.new; mv /tmp/count.new /tmp/count; "
            "sleep 0.2; done")
-
-
-@pytest.fixture(scope="module")
-def vm(client):
-    reason = vm_unavailable_reason(client)
-    if reason:
-        print("\n" + reason)
-        pytest.skip(reason)
-    return client.call("POST", "/v1/templates/busybox/warm", {})
-
-
-@pytest.fixture
-def make_vm(make_sandbox, vm):
-    def make(**kw):
-        return make_sandbox(isolation="vm", **kw)["id"]
-    return make
 
 
 def count(client, sid) -> int:
@@ -172,12 +156,8 @@ def test_snapshot_files_hold_only_the_pages_the_guest_wrote(client, daemon, make
 
 
 def test_rolled_back_vm_survives_kill9_of_spaced(own_daemon):
-    d = own_daemon({"pool_size": 0, "vm_pool_size": 0, "default_template": "busybox"})
+    d = own_vm_daemon(own_daemon)
     c = d.client
-    reason = vm_unavailable_reason(c)
-    if reason:
-        pytest.skip(reason)
-    c.call("POST", "/v1/templates/busybox/warm", {})
     sid = c.create(template="busybox", isolation="vm")["id"]
     c.upload(sid, "/root/keep.txt", b"snapshot\n")
     s = c.call("POST", f"/v1/sandboxes/{sid}/snapshots", {})
@@ -204,12 +184,8 @@ def test_vm_snapshot_memory_is_sealed_with_the_customers_key(own_daemon, tmp_pat
     key = tmp_path / "kek"
     key.write_bytes(os.urandom(32))
     key.chmod(0o600)
-    d = own_daemon({"pool_size": 0, "vm_pool_size": 0, "default_template": "busybox", "snapshot_kek": f"file:{key}"})
+    d = own_vm_daemon(own_daemon, snapshot_kek=f"file:{key}")
     c = d.client
-    reason = vm_unavailable_reason(c)
-    if reason:
-        pytest.skip(reason)
-    c.call("POST", "/v1/templates/busybox/warm", {})
     sid = c.create(template="busybox", isolation="vm")["id"]
     marker = "MEMONLY" + os.urandom(8).hex()
     # The marker is built at run time inside the guest (never on its disk): only in the shell's memory.
@@ -258,12 +234,8 @@ def test_kill9_during_vm_snapshots_leaves_the_vm_running_and_whole_snapshots(own
     rolls back, and the unfinished one is gone."""
     import threading
     import time
-    d = own_daemon({"pool_size": 0, "vm_pool_size": 0, "default_template": "busybox"})
+    d = own_vm_daemon(own_daemon)
     c = d.client
-    reason = vm_unavailable_reason(c)
-    if reason:
-        pytest.skip(reason)
-    c.call("POST", "/v1/templates/busybox/warm", {})
     sid = c.create(template="busybox", isolation="vm")["id"]
     start_counter(c, sid)
     c.upload(sid, "/root/keep.txt", b"kept\n")
@@ -312,12 +284,8 @@ def test_kill9_during_vm_rollback_finishes_it_at_the_next_start(own_daemon):
     start restores the snapshot again, and the VM runs with the snapshot's files and processes."""
     import threading
     import time
-    d = own_daemon({"pool_size": 0, "vm_pool_size": 0, "default_template": "busybox"})
+    d = own_vm_daemon(own_daemon)
     c = d.client
-    reason = vm_unavailable_reason(c)
-    if reason:
-        pytest.skip(reason)
-    c.call("POST", "/v1/templates/busybox/warm", {})
     sid = c.create(template="busybox", isolation="vm")["id"]
     bg = start_counter(c, sid)
     c.upload(sid, "/root/keep.txt", b"snapshot\n")

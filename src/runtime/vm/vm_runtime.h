@@ -139,6 +139,11 @@ class VmRuntime : public runtime::Runtime {
   Result<int> memoryFd(const VmTemplate& tpl);
   // The inode of the file a VMM of tpl maps as guest RAM (the memfd when confined), to find the mapping.
   Result<ino_t> memoryInode(const VmTemplate& tpl);
+  // The VM's directory, made.
+  Result<std::string> makeVmDir(const runtime::SandboxSpec& spec) const;
+  // The sandbox's network: a /30 and a host tap (nothing without a network pool). net_state is set before
+  // the tap exists, so that the caller's undo (and destroy) can take both back after any failure.
+  Status allocateNetwork(nlohmann::json& net_state, UniqueFd& tap);
   // Where the VM of sandbox `id` in `dir` keeps its disk overlay.
   std::string overlayPath(const std::string& id, const std::string& dir) const;
   // The QemuSpec of a VMM that restores tpl's machine (started stopped, waiting for a device state), with

@@ -268,10 +268,7 @@ Result<runtime::Instance> VmRuntime::restore(const runtime::SnapshotRef& ref, co
   ASSIGN_OR_RETURN(VmTemplate tpl, ensureTemplate(spec));
   if (tpl.dir != meta.value("template", "") || tpl.stamp != meta.value("template_stamp", ""))
     return makeError(ErrorKind::kConflict, "snapshot {} belongs to another build or shape of the template", ref.id);
-  std::string dir = vmDir(spec);
-  std::error_code ec;
-  fs::create_directories(dir, ec);
-  if (ec) return makeError(ErrorKind::kInternal, "create {}: {}", dir, ec.message());
+  ASSIGN_OR_RETURN(std::string dir, makeVmDir(spec));
   uid_t uid = spec.uid_base ? spec.uid_base : config_.warm_uid;
   std::string overlay = overlayPath(spec.id, dir);
   json extra = {{"template", tpl.dir}, {"template_stamp", tpl.stamp}, {"memory_mib", tpl.memory_mib},
@@ -287,13 +284,8 @@ Result<runtime::Instance> VmRuntime::restore(const runtime::SnapshotRef& ref, co
   Defer undo_net([&] {
     if (config_.network_pool && !net_state.is_null()) (void)jail::detachNetwork(*config_.network_pool, {{"net", net_state}});
   });
-  if (config_.network_pool && config_.confine) {
-    ASSIGN_OR_RETURN(net::SandboxSubnet subnet, config_.network_pool->allocate());
-    std::string link = jail::linkNameFor(subnet);
-    net_state = {{"subnet", subnet.cidr()}, {"network", subnet.network}, {"link", link}, {"mac", macFor(subnet)}};
-    ASSIGN_OR_RETURN(tap, net::createSandboxTap(link, subnet));
-    extra["net"] = net_state;
-  }
+  TRY(allocateNetwork(net_state, tap));
+  if (!net_state.is_null()) extra["net"] = net_state;
   ASSIGN_OR_RETURN(runtime::Instance inst, startFromSnapshot(spec, ref.path, tpl, overlay, std::move(tap), extra));
   undo_net.dismiss();
   return inst;
