@@ -76,7 +76,13 @@ int main(int argc, char** argv) {
   app.add_option("--vm-kernel", flags.vm_kernel, "guest kernel of the vm tier (scripts/vm/build-guest)");
   app.add_option("--vm-initrd", flags.vm_initrd, "guest initramfs of the vm tier (scripts/vm/build-guest)");
   app.add_flag("--vm-allow-tcg,!--vm-no-tcg", flags.vm_allow_tcg,
-               "without /dev/kvm, run VMs under software emulation (--vm-no-tcg: KVM or no vm tier)");
+               "where KVM is not proven, run VMs under software emulation (--vm-no-tcg: KVM or no vm tier)");
+  app.add_option("--vm-accel", flags.vm_accel,
+                 "auto: KVM where a probe VM proves it, else TCG; kvm: KVM or spaced does not start; tcg: emulation only")
+      ->check(CLI::IsMember({"auto", "kvm", "tcg"}));
+  app.add_option("--vm-kvm-probe-cache", flags.vm_kvm_probe_cache_dir, "host-wide cache of KVM probe verdicts");
+  app.add_option("--vm-kvm-probe-timeout-ms", flags.vm_kvm_probe_timeout_ms,
+                 "how long the KVM probe VM has to reach its agent")->check(CLI::Range(1, 600000));
   app.add_option("--vm-default-memory-mib", flags.vm_default_memory_mib, "guest RAM of a VM when create gives none")
       ->check(CLI::Range(64, 1 << 30));
   app.add_option("--vm-pool-size", flags.vm_pool_size, "VMMs waiting to restore per pooled template")->check(CLI::Range(0, 1000));
@@ -117,6 +123,9 @@ int main(int argc, char** argv) {
   if (given("--vm-kernel")) config.vm_kernel = flags.vm_kernel;
   if (given("--vm-initrd")) config.vm_initrd = flags.vm_initrd;
   if (given("--vm-allow-tcg") || given("--vm-no-tcg")) config.vm_allow_tcg = flags.vm_allow_tcg;
+  if (given("--vm-accel")) config.vm_accel = flags.vm_accel;
+  if (given("--vm-kvm-probe-cache")) config.vm_kvm_probe_cache_dir = flags.vm_kvm_probe_cache_dir;
+  if (given("--vm-kvm-probe-timeout-ms")) config.vm_kvm_probe_timeout_ms = flags.vm_kvm_probe_timeout_ms;
   if (given("--vm-pool-size")) config.vm_pool_size = flags.vm_pool_size;
   if (given("--vm-default-memory-mib")) config.vm_default_memory_mib = flags.vm_default_memory_mib;
   fillDefaults(config);

@@ -110,6 +110,14 @@ Result<DaemonConfig> DaemonConfig::fromJson(const json& j, DaemonConfig base) {
     } else if (key == "vm_allow_tcg") {
       if (!v.is_boolean()) return makeError(ErrorKind::kInvalidArgument, "config: '{}' must be true or false", key);
       c.vm_allow_tcg = v.get<bool>();
+    } else if (key == "vm_accel") {
+      TRY(readString(v, key, c.vm_accel));
+      if (c.vm_accel != "auto" && c.vm_accel != "kvm" && c.vm_accel != "tcg")
+        return makeError(ErrorKind::kInvalidArgument, "config: vm_accel must be \"auto\", \"kvm\" or \"tcg\"");
+    } else if (key == "vm_kvm_probe_cache_dir") {
+      TRY(readString(v, key, c.vm_kvm_probe_cache_dir));
+    } else if (key == "vm_kvm_probe_timeout_ms") {
+      TRY(readInt(v, key, c.vm_kvm_probe_timeout_ms, 1, 600000));
     } else if (key == "vm_default_memory_mib") {
       TRY(readInt(v, key, c.vm_default_memory_mib, 64, int64_t{1} << 30));
     } else if (key == "vm_pool_size") {
@@ -189,6 +197,9 @@ nlohmann::json DaemonConfig::toJson() const {
           {"snapshot_tenant", snapshot_tenant},
           {"vm_initrd", vm_initrd},
           {"vm_allow_tcg", vm_allow_tcg},
+          {"vm_accel", vm_accel},
+          {"vm_kvm_probe_cache_dir", vm_kvm_probe_cache_dir},
+          {"vm_kvm_probe_timeout_ms", vm_kvm_probe_timeout_ms},
           {"vm_pool_size", vm_pool_size},
           {"vm_default_memory_mib", vm_default_memory_mib},
           {"egress", egress},

@@ -29,7 +29,7 @@ struct DaemonConfig {
   std::string cgroup_parent = "space";     // sandboxes' cgroups live in <hierarchy>/<cgroup_parent>/<id>
   std::string log_level = "info";
   // The vm tier. Enabled when the guest artifacts exist (scripts/vm/build-guest) and QEMU runs; `auto`
-  // isolation picks it only where /dev/kvm is usable.
+  // isolation picks it only where KVM is proven (vm_accel).
   std::string vm_kernel = "/var/cache/space/vm/vmlinuz";
   // The customer's key-encryption key for snapshot archives (archive/kek.h): "file:<path>", "env:<VAR>" or
   // "command:<key-id>=<program> [args]". Empty: export and import are refused.
@@ -40,6 +40,11 @@ struct DaemonConfig {
   std::string snapshot_tenant = "default";
   std::string vm_initrd = "/var/cache/space/vm/initramfs.cpio";
   bool vm_allow_tcg = true;                // false: KVM or no vm tier (no software emulation)
+  // "auto": KVM where a probe VM proves it runs the guest, else TCG (when allowed); "kvm": the probe must
+  // succeed or spaced does not start; "tcg": emulation only, KVM never tried.
+  std::string vm_accel = "auto";
+  std::string vm_kvm_probe_cache_dir = "/run/space/kvm-probe";  // host-wide probe verdicts (a tmpfs)
+  int64_t vm_kvm_probe_timeout_ms = 20000;  // how long the probe VM has to reach its agent under KVM
   int vm_pool_size = 2;                    // pooled VMs per pooled template (restored and stopped)
   uint64_t vm_default_memory_mib = 256;    // guest RAM of a VM when create gives no memory
   // The egress gateway (docs/egress.md). "auto": on when space-egress is found and nftables works, with a

@@ -52,24 +52,43 @@ Result<std::string> Manager::resolveIsolation(const std::string& requested) cons
     return makeError(ErrorKind::kInvalidArgument, "isolation must be jail, vm or auto, not '{}'", requested);
   if (requested == "jail") return std::string("jail");
   if (requested == "vm") {
-    if (!vm_) return makeError(ErrorKind::kUnsupported, "the vm tier is not available on this node: {}", vm_unavailable_);
-    return std::string("vm");
+    if (!vm_) return makeError(ErrorKind::kUnavailable, "the vm tier is not available on this node: {}", vm_unavailable_);
+    if (std::string why = vm_->unavailableReason(); !why.empty())
+      return makeError(ErrorKind::kUnavailable, "the vm tier is not available on this node: {}", why);
+    return std::string("vm");  // while KVM is being probed, the create waits for the verdict
   }
-  // auto: a VM only where it is fast (KVM); emulation is there to be asked for.
-  return std::string(vm_ && vm_->accel() == vm::Accel::kKvm ? "vm" : "jail");
+  // auto: a VM only where KVM is proven; emulation is there to be asked for, and a probe still running
+  // is not a proof.
+  return std::string(vm_ && vm_->accelIfDecided() == vm::Accel::kKvm ? "vm" : "jail");
 }
 
 nlohmann::json Manager::isolationInfo() {
   nlohmann::json vm = {{"available", vm_ != nullptr}};
   if (vm_) {
-    vm["accel"] = vm_->accel() == vm::Accel::kKvm ? "kvm" : "tcg";
+    vm::KvmVerdict kvm = vm_->kvm();
+    std::string why = vm_->unavailableReason();
+    if (!why.empty()) {
+      vm["available"] = false;
+      vm["reason"] = why;
+    } else if (auto accel = vm_->accelIfDecided()) {
+      vm["accel"] = *accel == vm::Accel::kKvm ? "kvm" : "tcg";
+    }
+    vm["kvm"] = kvm.toJson();
     vm["capabilities"] = vm_->capabilities().toJson();
   } else {
     vm["reason"] = vm_unavailable_;
+    // What the host offers all the same, for the operator who builds the guest next.
+    if (auto pre = vm::kvmPreflight()) vm["kvm"] = pre->toJson();
   }
   return {{"jail", {{"available", true}, {"capabilities", jail_->capabilities().toJson()}}},
           {"vm", vm},
           {"auto", resolveIsolation("auto").value_or("jail")}};
+}
+
+nlohmann::json Manager::egressInfo() const {
+  nlohmann::json e = {{"on", egress_ != nullptr}};
+  if (!egress_) e["reason"] = egress_off_reason_.empty() ? "egress is off" : egress_off_reason_;
+  return e;
 }
 
 runtime::Limits Manager::defaultLimits(const std::string& isolation) const {
@@ -452,7 +471,7 @@ Result<store::TemplateRecord> Manager::buildTemplate(const BuildTemplate& cmd, c
 Result<std::vector<store::TemplateRecord>> Manager::listTemplates() { return store_->listTemplates(); }
 
 Result<nlohmann::json> Manager::warmTemplate(const std::string& name) {
-  if (!vm_) return makeError(ErrorKind::kUnsupported, "the vm tier is not available on this node: {}", vm_unavailable_);
+  if (!vm_) return makeError(ErrorKind::kUnavailable, "the vm tier is not available on this node: {}", vm_unavailable_);
   ASSIGN_OR_RETURN(store::TemplateRecord tpl, store_->getTemplate(name));
   store::SandboxRecord rec;
   rec.id = "warm";

@@ -135,6 +135,8 @@ class SandboxManager {
   virtual Result<nlohmann::json> warmTemplate(const std::string& name) = 0;
   // What each isolation tier can do on this node ({"jail": {...}, "vm": {...}, "auto": "jail"|"vm"}).
   virtual nlohmann::json isolationInfo() = 0;
+  // Whether sandboxes reach the network through the egress gateway, and why not when they do not.
+  virtual nlohmann::json egressInfo() const = 0;
 
   // Egress (docs/egress.md): a running sandbox's network policy, its audit lines, and the node's secrets.
   virtual Result<nlohmann::json> getNetwork(const std::string& id) { return unsupportedEgress(); }

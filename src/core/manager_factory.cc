@@ -20,8 +20,9 @@ struct Egress {
 
 // The egress switch: "off" keeps sandboxes without a network; "auto" turns egress on when it can and
 // says loudly when it cannot; "on" refuses to start without it.
-Result<std::optional<Egress>> startEgress(const DaemonConfig& config) {
+Result<std::optional<Egress>> startEgress(const DaemonConfig& config, std::string* off_reason) {
   if (config.egress == "off") {
+    *off_reason = "egress is off by configuration (egress = off; start spaced with --egress on or auto)";
     spdlog::warn("egress: OFF by configuration; jail sandboxes get a network namespace with only lo (no network)");
     return std::optional<Egress>();
   }
@@ -40,6 +41,7 @@ Result<std::optional<Egress>> startEgress(const DaemonConfig& config) {
   auto sup = EgressSupervisor::start(s);
   if (!sup) {
     if (config.egress == "on") return tl::unexpected(sup.error().context("egress is on"));
+    *off_reason = "egress is unavailable: " + sup.error().message;
     spdlog::warn("egress: OFF, unavailable ({}); jail sandboxes get a network namespace with only lo (no network)",
                  sup.error().message);
     return std::optional<Egress>();
@@ -67,7 +69,8 @@ Result<std::unique_ptr<SandboxManager>> makeSandboxManager(const DaemonConfig& c
   jail_config.seccomp_policy = config.seccomp_policy;
   jail_config.cgroup_parent = config.cgroup_parent;
   jail_config.volume_bytes = config.disk_volume_bytes;
-  ASSIGN_OR_RETURN(auto egress, startEgress(config));
+  std::string egress_off_reason;
+  ASSIGN_OR_RETURN(auto egress, startEgress(config, &egress_off_reason));
   if (egress) {
     jail_config.network_pool = egress->pool;
     jail_config.network.explicit_proxy_port = egress->supervisor->ports().explicit_proxy_port;
@@ -84,6 +87,11 @@ Result<std::unique_ptr<SandboxManager>> makeSandboxManager(const DaemonConfig& c
     vm_config.kernel = config.vm_kernel;
     vm_config.initrd = config.vm_initrd;
     vm_config.allow_tcg = config.vm_allow_tcg;
+    vm_config.accel = config.vm_accel == "kvm" ? vm::AccelMode::kKvm
+                      : config.vm_accel == "tcg" ? vm::AccelMode::kTcg
+                                                 : vm::AccelMode::kAuto;
+    vm_config.kvm_probe_cache_dir = config.vm_kvm_probe_cache_dir;
+    vm_config.kvm_probe_timeout = std::chrono::milliseconds(config.vm_kvm_probe_timeout_ms);
     vm_config.cgroup_parent = config.cgroup_parent;
     if (egress) vm_config.network_pool = egress->pool;
     vm_config.layers_dir = jail->volume().layersDir();
@@ -92,9 +100,12 @@ Result<std::unique_ptr<SandboxManager>> makeSandboxManager(const DaemonConfig& c
     auto made = vm::VmRuntime::create(vm_config);
     if (made) {
       vm = std::move(*made);
+    } else if (config.vm_accel == "kvm" && made.error().kind == ErrorKind::kUnavailable) {
+      // The operator asked for KVM: a node that cannot give it does not start.
+      return tl::unexpected(made.error());
     } else {
       vm_unavailable = made.error().message;
-      spdlog::info("vm tier unavailable: {}", vm_unavailable);
+      spdlog::warn("vm tier unavailable: {}", vm_unavailable);
     }
   }
 
@@ -103,6 +114,7 @@ Result<std::unique_ptr<SandboxManager>> makeSandboxManager(const DaemonConfig& c
   auto manager = std::make_unique<Manager>(config, std::move(store), std::move(jail), std::move(vm),
                                             std::move(vm_unavailable), std::move(templates));
   if (egress) manager->setEgress(std::move(egress->supervisor));
+  else manager->setEgressOffReason(egress_off_reason);
   TRY(manager->startBackground());
   return std::unique_ptr<SandboxManager>(std::move(manager));
 }

@@ -46,6 +46,8 @@ class Manager final : public SandboxManager {
 
   // The egress gateway (null: off). Before startBackground().
   void setEgress(std::unique_ptr<EgressSupervisor> egress) { egress_ = std::move(egress); }
+  // Why the node runs without egress (GET /v1/node), when it does.
+  void setEgressOffReason(std::string reason) { egress_off_reason_ = std::move(reason); }
   Status startBackground();  // reconcile, then start the pool filler and the reaper
 
   Result<SandboxView> create(const CreateSandbox& cmd) override;
@@ -71,6 +73,7 @@ class Manager final : public SandboxManager {
   Status removeTemplate(const std::string& name) override;
   Result<nlohmann::json> warmTemplate(const std::string& name) override;
   nlohmann::json isolationInfo() override;
+  nlohmann::json egressInfo() const override;
   Result<nlohmann::json> getNetwork(const std::string& id) override;
   Result<nlohmann::json> setNetwork(const std::string& id, const nlohmann::json& policy) override;
   Status streamNetLog(const std::string& id, bool follow, const std::function<bool(const std::string&)>& sink) override;
@@ -178,6 +181,7 @@ class Manager final : public SandboxManager {
   std::string vm_unavailable_;
   std::unique_ptr<store::TemplateBuilder> templates_;
   std::unique_ptr<EgressSupervisor> egress_;
+  std::string egress_off_reason_;
   std::mutex snapshot_mu_;                         // one snapshot, rollback or fork at a time
   std::mutex gen_mu_;                              // guards snapshot_gen_
   std::map<std::string, SnapshotGeneration> snapshot_gen_;  // per sandbox; lost on restart (= changed)

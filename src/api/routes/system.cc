@@ -9,9 +9,10 @@ void registerSystemRoutes(Router& r) {
   r.add("GET", "/healthz", [](RouteContext& ctx) -> Status {
     return sendJson(ctx.resp, 200, {{"status", "ok"}});
   });
-  // What this node offers: the isolation tiers, their accelerator and capabilities.
+  // What this node offers: the isolation tiers, their accelerator (with what is known of KVM) and
+  // capabilities, and whether egress is on.
   r.add("GET", "/v1/node", [](RouteContext& ctx) -> Status {
-    return sendJson(ctx.resp, 200, {{"isolation", ctx.manager.isolationInfo()}});
+    return sendJson(ctx.resp, 200, {{"isolation", ctx.manager.isolationInfo()}, {"egress", ctx.manager.egressInfo()}});
   });
   r.add("GET", "/metrics", [](RouteContext& ctx) -> Status {
     std::string text = ctx.metrics.text() + ctx.manager.metricsText();

@@ -34,6 +34,7 @@ struct CStep {
   MountStep::Kind kind;
   const char* a;
   const char* b;
+  dev_t rdev;
 };
 
 [[noreturn]] void fail(int report_fd, int step) {
@@ -92,10 +93,19 @@ Result<std::vector<MountStep>> planVmmRoot(const VmmJail& jail) {
   for (const auto& p : jail.read_only) TRY(bind(p, true));
   for (const auto& p : jail.writable) TRY(bind(p, false));
   mkdirs("/dev");
+  // The root tmpfs is nodev; the VMM's device nodes live on a tmpfs of their own, read-only once filled.
+  steps.push_back({MountStep::kDevTmpfs, root + "/dev", ""});
   for (const auto& d : jail.devices) {
     steps.push_back({MountStep::kTouch, root + d, ""});
     steps.push_back({MountStep::kBindReadOnly, d, root + d});
   }
+  if (jail.kvm) {
+    struct stat st;
+    if (stat("/dev/kvm", &st) < 0) return sysError(errno, "stat /dev/kvm");
+    if (!S_ISCHR(st.st_mode)) return makeError(ErrorKind::kUnsupported, "/dev/kvm is not a character device");
+    steps.push_back({MountStep::kCharDevice, root + "/dev/kvm", "", st.st_rdev});
+  }
+  steps.push_back({MountStep::kRemountReadOnly, root + "/dev", ""});
   mkdirs("/proc");
   return steps;
 }
@@ -122,7 +132,7 @@ Result<QemuProcess> launchConfinedQemu(const QemuSpec& spec, const VmmJail& jail
   for (auto& s : argv) cargv.push_back(s.data());
   cargv.push_back(nullptr);
   std::vector<CStep> csteps;
-  for (auto& s : plan) csteps.push_back({s.kind, s.a.c_str(), s.b.c_str()});
+  for (auto& s : plan) csteps.push_back({s.kind, s.a.c_str(), s.b.c_str(), s.rdev});
   const char* root = jail.root_dir.c_str();
 
   UniqueFd devnull(open("/dev/null", O_RDONLY | O_CLOEXEC));
@@ -177,6 +187,18 @@ Result<QemuProcess> launchConfinedQemu(const QemuSpec& spec, const VmmJail& jail
         }
         case MountStep::kSymlink:
           if (symlink(s.a, s.b) < 0) fail(rfd, step);
+          break;
+        case MountStep::kDevTmpfs:
+          if (mount("tmpfs", s.a, "tmpfs", MS_NOSUID | MS_NOEXEC, "mode=0755,size=64k,nr_inodes=16") < 0) fail(rfd, step);
+          break;
+        case MountStep::kCharDevice:
+          // Made by root here, so the node's permission is the VMM's alone: neither the host node's group
+          // nor its mode reaches the VMM, and no other host device does.
+          if (mknod(s.a, S_IFCHR | 0600, s.rdev) < 0 || chown(s.a, uid, gid) < 0) fail(rfd, step);
+          break;
+        case MountStep::kRemountReadOnly:
+          if (mount(nullptr, s.a, nullptr, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NOEXEC, nullptr) < 0)
+            fail(rfd, step);
           break;
         case MountStep::kBind:
         case MountStep::kBindReadOnly: {

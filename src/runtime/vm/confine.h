@@ -25,7 +25,11 @@ struct VmmJail {
   std::string root_dir;                // an empty host directory: the mount point of the VMM's tmpfs root
   std::vector<std::string> read_only;  // host paths (files or directories) visible read-only at the same path
   std::vector<std::string> writable;   // host paths visible read-write (the VM's directory)
-  std::vector<std::string> devices;    // device nodes bound in (/dev/null, /dev/urandom, /dev/kvm)
+  std::vector<std::string> devices;    // host device nodes bound in read-only (/dev/null, /dev/urandom)
+  // A /dev/kvm of the VMM's own: a node made in its private /dev with the host node's device number,
+  // owned by the VMM's uid, mode 0600 (docs/decisions/0008-kvm-for-the-vmm.md). The host's node, whatever
+  // its owner and mode (root:kvm 0660, root:root 0600), is never bound in.
+  bool kvm = false;
   int memory_fd = -1;                  // inherited as kMemoryFd: the guest RAM's backing file
   int tap_fd = -1;                     // inherited as kTapFd: the sandbox's host tap (QemuSpec::tap_fd)
   // Runs in spaced after the VMM exists and before it may exec (adds it to its cgroup).
@@ -45,8 +49,12 @@ inline constexpr const char* kQemuSandboxArg = "on,obsolete=deny,elevateprivileg
 
 // The mount plan run by the VMM's pre-exec stub, computed in spaced (the stub may not allocate).
 struct MountStep {
-  enum Kind { kMkdir, kTouch, kBind, kBindReadOnly, kSymlink } kind;
+  // kDevTmpfs: a tmpfs without nodev at a (the VMM's /dev: the only place its device nodes work);
+  // kCharDevice: a character node at a with device number rdev, owned by the VMM's uid and gid, mode 0600;
+  // kRemountReadOnly: a, already a mount point, made read-only.
+  enum Kind { kMkdir, kTouch, kBind, kBindReadOnly, kSymlink, kDevTmpfs, kCharDevice, kRemountReadOnly } kind;
   std::string a, b;  // kMkdir/kTouch: a; kBind*: a = source, b = target; kSymlink: a = target text, b = link
+  dev_t rdev = 0;    // kCharDevice
 };
 // Every step to build `jail.root_dir` (paths resolved with realpath first; every parent directory made).
 Result<std::vector<MountStep>> planVmmRoot(const VmmJail& jail);

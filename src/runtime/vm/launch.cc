@@ -82,13 +82,6 @@ std::vector<std::string> buildQemuArgv(const QemuSpec& spec) {
   return a;
 }
 
-bool kvmUsable() {
-  int fd = open("/dev/kvm", O_RDWR | O_CLOEXEC);
-  if (fd < 0) return false;
-  close(fd);
-  return true;
-}
-
 Result<QemuProcess> launchQemu(const QemuSpec& spec) {
   VmPaths paths = VmPaths::in(spec.dir);
   // Stale sockets of an earlier run would let us connect to nothing.

@@ -75,9 +75,6 @@ inline constexpr const char* kNetdevId = "net0";
 std::string guestCmdline(const QemuSpec& spec);
 std::vector<std::string> buildQemuArgv(const QemuSpec& spec);
 
-// True when /dev/kvm opens read-write (KVM usable by this process).
-bool kvmUsable();
-
 // The VMM process. Started in its own session so that it outlives spaced (reattach after a restart);
 // the pidfd makes signalling and waiting immune to pid reuse.
 struct QemuProcess {

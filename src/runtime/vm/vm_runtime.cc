@@ -69,12 +69,6 @@ Result<std::unique_ptr<VmRuntime>> VmRuntime::create(const VmConfig& config) {
     if (access(path.c_str(), R_OK) != 0)
       return sysError(errno, "vm guest artifact {} (build it with scripts/vm/build-guest)", path);
   }
-  Accel accel = Accel::kTcg;
-  bool kvm = kvmUsable();
-  if (config.accel == AccelMode::kKvm && !kvm) return makeError(ErrorKind::kUnsupported, "vm: /dev/kvm is not usable");
-  if (config.accel != AccelMode::kTcg && kvm) accel = Accel::kKvm;
-  if (accel == Accel::kTcg && !config.allow_tcg)
-    return makeError(ErrorKind::kUnsupported, "vm: KVM is not usable and the TCG fallback is disabled");
   for (const char* sub : {"/vms", "/vm/templates", "/vm/root"}) {
     std::error_code ec;
     fs::create_directories(config.state_dir + sub, ec);
@@ -84,14 +78,12 @@ Result<std::unique_ptr<VmRuntime>> VmRuntime::create(const VmConfig& config) {
   if (config.confine) {
     ASSIGN_OR_RETURN(cgroups, jail::makeCgroupBackend(config.cgroup_parent));
   }
-  std::unique_ptr<VmRuntime> rt(new VmRuntime(config, accel, std::move(cgroups)));
-  if (accel == Accel::kTcg) rt->tsc_khz_ = hostTscKhz();
+  std::unique_ptr<VmRuntime> rt(new VmRuntime(config, std::move(cgroups)));
   rt->cleanInterruptedWarmups();
+  TRY(rt->chooseAccel());
   return rt;
 }
 
-
-VmRuntime::~VmRuntime() = default;
 
 std::string VmRuntime::vmDir(const runtime::SandboxSpec& spec) const {
   return spec.dir.empty() ? config_.state_dir + "/vms/" + spec.id : spec.dir;
@@ -129,7 +121,7 @@ Result<QemuProcess> VmRuntime::spawn(const QemuSpec& qemu, const std::string& cg
   limits.memory_bytes = (memory_mib + config_.vmm_overhead_mib) * kMiB;
   limits.pids = config_.vmm_pids;
   // TCG spends host CPU beyond the guest's vCPUs (translation, device emulation threads).
-  limits.cpu_millis = qemu.vcpus * 1000 + (accel_ == Accel::kTcg ? 500 : 0);
+  limits.cpu_millis = qemu.vcpus * 1000 + (qemu.accel == Accel::kTcg ? 500 : 0);
   TRY(cgroups_->create(cgroup_id, limits));
   VmmJail jail;
   jail.uid = uid;
@@ -141,7 +133,7 @@ Result<QemuProcess> VmRuntime::spawn(const QemuSpec& qemu, const std::string& cg
   jail.writable = {qemu.dir};
   jail.writable.insert(jail.writable.end(), writable.begin(), writable.end());
   jail.devices = {"/dev/null", "/dev/urandom"};
-  if (accel_ == Accel::kKvm) jail.devices.push_back("/dev/kvm");
+  jail.kvm = qemu.accel == Accel::kKvm;
   jail.memory_fd = memory_fd;
   QemuSpec with_tap = qemu;
   if (tap_fd >= 0) {
@@ -195,6 +187,7 @@ runtime::Instance VmRuntime::instanceOf(const std::string& id, pid_t pid, const 
 }
 
 Result<runtime::Instance> VmRuntime::bootCold(const runtime::SandboxSpec& spec) {
+  TRY(awaitAccel());
   auto deadline = Clock::now() + config_.start_timeout;
   std::string dir = vmDir(spec);
   std::error_code ec;
@@ -283,6 +276,7 @@ Result<std::string> VmRuntime::makeVmDir(const runtime::SandboxSpec& spec) const
 }
 
 Result<runtime::Instance> VmRuntime::prepare(const runtime::SandboxSpec& spec) {
+  TRY(awaitAccel());
   ASSIGN_OR_RETURN(VmTemplate tpl, ensureTemplate(spec));
   ASSIGN_OR_RETURN(std::string dir, makeVmDir(spec));
   uid_t uid = spec.uid_base ? spec.uid_base : config_.warm_uid;

@@ -6,17 +6,22 @@
 // docs/decisions/0003-vm-tier.md.
 #pragma once
 
+#include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
+#include <thread>
 
 #include "common/unique_fd.h"
 #include "net/address_pool.h"
 #include "runtime/jail/cgroup.h"
 #include "runtime/runtime.h"
+#include "runtime/vm/kvm_probe.h"
 #include "runtime/vm/launch.h"
 #include "runtime/vm/qmp.h"
 
@@ -39,8 +44,15 @@ struct VmConfig {
   std::string qemu = "qemu-system-x86_64";
   std::string kernel = "/var/cache/space/vm/vmlinuz";  // scripts/vm/build-guest
   std::string initrd = "/var/cache/space/vm/initramfs.cpio";
+  // auto: KVM where a probe VM proved it runs the guest (kvm_probe.h), else TCG; kvm: the probe must
+  // succeed (start-up fails with its reason); tcg: emulation, KVM never tried.
   AccelMode accel = AccelMode::kAuto;
   bool allow_tcg = true;  // false: KVM or nothing (operators who refuse emulation)
+  std::string kvm_node = "/dev/kvm";
+  // Where probe verdicts are cached host-wide (a tmpfs: one probe per host boot), and how long the probe
+  // VM has to reach its agent under KVM.
+  std::string kvm_probe_cache_dir = "/run/space/kvm-probe";
+  std::chrono::milliseconds kvm_probe_timeout{20000};
   std::string extra_cmdline;
   // Cold boot of a generic kernel under TCG on a loaded 2-core host takes tens of seconds.
   std::chrono::milliseconds start_timeout{180000};
@@ -87,7 +99,8 @@ Result<VmTemplate> readTemplate(const std::string& dir);
 
 class VmRuntime : public runtime::Runtime {
  public:
-  // Checks the guest artifacts and the accelerator choice.
+  // Checks the guest artifacts and chooses the accelerator. Under `auto` with no cached verdict the KVM
+  // probe runs in the background: create returns at once, and every VM launch waits for the verdict.
   static Result<std::unique_ptr<VmRuntime>> create(const VmConfig& config);
   ~VmRuntime() override;
 
@@ -120,15 +133,31 @@ class VmRuntime : public runtime::Runtime {
   Result<runtime::Instance> reattach(const runtime::PersistedInstance& inst) override;
   Result<runtime::Usage> usage(const runtime::PersistedInstance& inst) override;
 
-  Accel accel() const { return accel_; }
+  // The accelerator new VMs get; meaningful once decided (accelIfDecided), TCG until then.
+  Accel accel() const { return accel_.load(); }
+  std::optional<Accel> accelIfDecided() const;
+  // Waits for the KVM probe's verdict (at most its timeout and a margin); an error when the tier turned
+  // out unavailable (KVM failed and the TCG fallback is off).
+  Status awaitAccel();
+  // What is known of KVM on this host, and why the tier is unavailable (empty: it is available or still
+  // probing).
+  KvmVerdict kvm() const;
+  std::string unavailableReason() const;
   bool networked() const { return config_.network_pool != nullptr; }
   const VmConfig& config() const { return config_; }
   // The QemuSpec a VM of spec would get in dir (exposed for tests and the bench).
   QemuSpec qemuSpecFor(const runtime::SandboxSpec& spec, const std::string& dir) const;
 
  private:
-  VmRuntime(VmConfig config, Accel accel, std::unique_ptr<jail::CgroupBackend> cgroups)
-      : config_(std::move(config)), accel_(accel), cgroups_(std::move(cgroups)) {}
+  VmRuntime(VmConfig config, std::unique_ptr<jail::CgroupBackend> cgroups)
+      : config_(std::move(config)), cgroups_(std::move(cgroups)) {}
+  Status chooseAccel();
+  // Takes a verdict: the accelerator (or the tier's unavailability) follows from it and the settings.
+  void decide(KvmVerdict verdict);
+  // The verdict for key: the cache's, else a probe VM's (written to the cache), under the key's lock.
+  KvmVerdict probeWithCache(const std::string& key);
+  // Boots the guest from its initramfs in a confined VMM under -accel kvm and waits for its agent's hello.
+  KvmVerdict probeBoot();
   std::string vmDir(const runtime::SandboxSpec& spec) const;
   void cleanInterruptedWarmups();
   std::string templateDir(const runtime::SandboxSpec& spec) const;
@@ -170,7 +199,15 @@ class VmRuntime : public runtime::Runtime {
   void exerciseGuest(agent::AgentClient& agent);
 
   VmConfig config_;
-  Accel accel_;
+  std::atomic<Accel> accel_{Accel::kTcg};
+  mutable std::mutex accel_mu_;
+  std::condition_variable accel_cv_;
+  bool decided_ = false;
+  KvmVerdict kvm_;
+  std::string unavailable_;  // set when decided: why the tier cannot run VMs
+  std::thread probe_thread_;
+  std::atomic<pid_t> probe_pid_{0};  // the probe's VMM, killed if the runtime goes first
+  std::atomic<bool> stopping_{false};
   uint64_t tsc_khz_ = 0;  // the host's TSC frequency, read once (TCG passes it to every guest)
   std::unique_ptr<jail::CgroupBackend> cgroups_;
   std::mutex mu_;

@@ -262,6 +262,7 @@ Result<runtime::Instance> VmRuntime::startFromSnapshot(const runtime::SandboxSpe
 }
 
 Result<runtime::Instance> VmRuntime::restore(const runtime::SnapshotRef& ref, const runtime::SandboxSpec& spec) {
+  TRY(awaitAccel());
   if (config_.snapshots_dir.empty())
     return makeError(ErrorKind::kUnsupported, "vm snapshots need the layer volume (not configured)");
   ASSIGN_OR_RETURN(json meta, readSnapshotMeta(ref.path));
@@ -292,6 +293,7 @@ Result<runtime::Instance> VmRuntime::restore(const runtime::SnapshotRef& ref, co
 }
 
 Result<runtime::Instance> VmRuntime::rollback(runtime::Instance& inst, const runtime::SnapshotRef& ref) {
+  TRY(awaitAccel());
   if (config_.snapshots_dir.empty())
     return makeError(ErrorKind::kUnsupported, "vm snapshots need the layer volume (not configured)");
   ASSIGN_OR_RETURN(json meta, readSnapshotMeta(ref.path));

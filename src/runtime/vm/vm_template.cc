@@ -198,6 +198,7 @@ std::string VmRuntime::templateDir(const runtime::SandboxSpec& spec) const {
 }
 
 bool VmRuntime::hasTemplate(const runtime::SandboxSpec& spec) const {
+  if (!accelIfDecided()) return false;  // the key names the accelerator
   return access((templateDir(spec) + "/template.json").c_str(), R_OK) == 0;
 }
 
@@ -219,6 +220,7 @@ Result<VmTemplate> readTemplate(const std::string& dir) {
 }
 
 Result<VmTemplate> VmRuntime::ensureTemplate(const runtime::SandboxSpec& spec) {
+  TRY(awaitAccel());
   std::string dir = templateDir(spec);
   auto load = [&] { return readTemplate(dir); };
   if (auto t = load()) return t;

@@ -253,11 +253,12 @@ class FakeManager : public core::SandboxManager {
   store::Store& store() override { return fake_store; }
   std::string metricsText() override { return "space_sandboxes 0\n"; }
   Result<nlohmann::json> warmTemplate(const std::string& name) override {
-    return makeError(ErrorKind::kUnsupported, "the vm tier is not available on this node: fake");
+    return makeError(ErrorKind::kUnavailable, "the vm tier is not available on this node: fake");
   }
   nlohmann::json isolationInfo() override {
     return {{"jail", {{"available", true}}}, {"vm", {{"available", false}, {"reason", "fake"}}}, {"auto", "jail"}};
   }
+  nlohmann::json egressInfo() const override { return {{"on", false}, {"reason", "fake"}}; }
 
   std::mutex mu;
   int next_id = 0;
