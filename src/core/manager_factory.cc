@@ -91,6 +91,7 @@ Result<std::unique_ptr<SandboxManager>> makeSandboxManager(const DaemonConfig& c
                       : config.vm_accel == "tcg" ? vm::AccelMode::kTcg
                                                  : vm::AccelMode::kAuto;
     vm_config.kvm_probe_cache_dir = config.vm_kvm_probe_cache_dir;
+    vm_config.kvm_node = config.vm_kvm_node;
     vm_config.kvm_probe_timeout = std::chrono::milliseconds(config.vm_kvm_probe_timeout_ms);
     vm_config.cgroup_parent = config.cgroup_parent;
     if (egress) vm_config.network_pool = egress->pool;
@@ -100,9 +101,9 @@ Result<std::unique_ptr<SandboxManager>> makeSandboxManager(const DaemonConfig& c
     auto made = vm::VmRuntime::create(vm_config);
     if (made) {
       vm = std::move(*made);
-    } else if (config.vm_accel == "kvm" && made.error().kind == ErrorKind::kUnavailable) {
+    } else if (config.vm_accel == "kvm") {
       // The operator asked for KVM: a node that cannot give it does not start.
-      return tl::unexpected(made.error());
+      return tl::unexpected(made.error().context("vm_accel is kvm"));
     } else {
       vm_unavailable = made.error().message;
       spdlog::warn("vm tier unavailable: {}", vm_unavailable);

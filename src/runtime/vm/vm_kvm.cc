@@ -38,7 +38,7 @@ Status VmRuntime::chooseAccel() {
   if (!verdict && config_.accel == AccelMode::kKvm) verdict = probeWithCache(key);
   if (verdict) {
     if (config_.accel == AccelMode::kKvm && !verdict->usable())
-      return makeError(ErrorKind::kUnavailable, "vm_accel is kvm but KVM is not usable: {}", verdict->reason);
+      return makeError(ErrorKind::kUnavailable, "KVM is not usable: {}", verdict->reason);
     if (!verdict->usable() && !config_.allow_tcg)
       return makeError(ErrorKind::kUnavailable, "KVM is not usable ({}) and the TCG fallback is off (vm_allow_tcg)",
                        verdict->reason);
