@@ -1,4 +1,4 @@
-"""Unit tests of bench/run's statistics and its result check (no daemon, no sandboxes).
+"""Unit tests of bench/run's statistics, its result check and its machine header (no daemon, no sandboxes).
 
 bench/run has no .py extension; it is loaded as a module with SourceFileLoader (its main() runs only as a
 script)."""
@@ -149,3 +149,75 @@ def test_main_refuses_to_write_and_leaves_the_old_result(tmp_path, monkeypatch):
     assert not os.path.exists(str(out) + ".tmp")
     kept = json.loads(rejected.read_text())
     assert kept["metrics"]["peer.bwrap.oneshot"]["p90"] == 2.0
+    assert kept["machine"]["kvm"] is None
+
+
+# ---------------------------------------------------------------------------------------- machine / kvm
+
+def node(vm):
+    return {"isolation": {"jail": {"available": True, "capabilities": {}}, "vm": vm, "auto": "jail"}}
+
+
+def test_kvm_proven():
+    m = bench.machine(node({"available": True, "accel": "kvm",
+                            "kvm": {"state": "proven", "usable": True}}))
+    assert m["kvm"] is True
+    assert "kvm_reason" not in m
+    assert set(m) >= {"cores", "kernel", "when"}
+
+
+def test_kvm_failed_gives_the_daemons_reason():
+    m = bench.machine(node({"available": True, "accel": "tcg",
+                            "kvm": {"state": "failed", "usable": False,
+                                    "reason": "guest did not answer in 20 s under KVM"}}))
+    assert m["kvm"] is False
+    assert m["kvm_reason"] == "guest did not answer in 20 s under KVM"
+
+
+@pytest.mark.parametrize("state", ["absent", "off", "probing", "failed"])
+def test_kvm_is_false_unless_proven(state):
+    m = bench.machine(node({"available": True, "accel": "tcg", "kvm": {"state": state, "usable": False}}))
+    assert m["kvm"] is False
+    assert m["kvm_reason"]
+
+
+def test_kvm_accel_without_a_proven_probe_is_not_proof():
+    # A daemon from before the probe: /dev/kvm opened, no guest known to have run under it.
+    m = bench.machine(node({"available": True, "accel": "kvm"}))
+    assert m["kvm"] is False and "kvm" in m["kvm_reason"]
+    m = bench.machine(node({"available": True, "accel": "kvm", "kvm": {"state": "probing"}}))
+    assert m["kvm"] is False and "probe" in m["kvm_reason"]
+
+
+def test_kvm_when_the_vm_tier_is_unavailable():
+    m = bench.machine(node({"available": False, "reason": "qemu-system-x86_64 not found",
+                            "kvm": {"state": "absent", "usable": False}}))
+    assert m["kvm"] is False
+    assert m["kvm_reason"] == "vm tier unavailable: qemu-system-x86_64 not found"
+
+
+def test_kvm_without_a_daemon_is_null():
+    m = bench.machine()
+    assert m["kvm"] is None
+    assert m["kvm_reason"] == "not measured (no daemon)"
+    assert bench.machine(None, "not measured (x)")["kvm_reason"] == "not measured (x)"
+
+
+def test_node_waits_while_the_probe_is_running():
+    answers = [node({"available": True, "accel": "tcg", "kvm": {"state": "probing"}}),
+               node({"available": True, "accel": "kvm", "kvm": {"state": "proven"}})]
+
+    class FakeClient:
+        calls = 0
+
+        def json(self, method, path):
+            assert (method, path) == ("GET", "/v1/node")
+            FakeClient.calls += 1
+            return 200, answers[min(FakeClient.calls, len(answers)) - 1]
+
+    class FakeDaemon:
+        client = FakeClient()
+
+    got = bench.Daemon.node(FakeDaemon(), 10)
+    assert FakeClient.calls == 2
+    assert bench.kvm_proof(got) == {"kvm": True}
