@@ -73,6 +73,10 @@ int main(int argc, char** argv) {
   app.add_option("--cgroup-parent", flags.cgroup_parent, "cgroup directory (in every hierarchy) holding the sandboxes' groups");
   app.add_option("--max-sandboxes", flags.max_sandboxes, "sandboxes this node runs at most");
   app.add_option("--disk-volume-bytes", flags.disk_volume_bytes, "sparse size of the volume holding writable layers");
+  app.add_option("--egress", flags.egress,
+                 "the egress gateway: auto (on when it can start, else off with the reason), on (required), off")
+      ->check(CLI::IsMember({"auto", "on", "off"}));
+  app.add_option("--egress-binary", flags.egress_binary, "space-egress binary (default: next to spaced)");
   app.add_option("--vm-kernel", flags.vm_kernel, "guest kernel of the vm tier (scripts/vm/build-guest)");
   app.add_option("--vm-initrd", flags.vm_initrd, "guest initramfs of the vm tier (scripts/vm/build-guest)");
   app.add_flag("--vm-allow-tcg,!--vm-no-tcg", flags.vm_allow_tcg,
@@ -120,6 +124,8 @@ int main(int argc, char** argv) {
   if (given("--cgroup-parent")) config.cgroup_parent = flags.cgroup_parent;
   if (given("--disk-volume-bytes")) config.disk_volume_bytes = flags.disk_volume_bytes;
   if (given("--log-level")) config.log_level = flags.log_level;
+  if (given("--egress")) config.egress = flags.egress;
+  if (given("--egress-binary")) config.egress_binary = flags.egress_binary;
   if (given("--vm-kernel")) config.vm_kernel = flags.vm_kernel;
   if (given("--vm-initrd")) config.vm_initrd = flags.vm_initrd;
   if (given("--vm-allow-tcg") || given("--vm-no-tcg")) config.vm_allow_tcg = flags.vm_allow_tcg;

@@ -69,14 +69,25 @@ Result<store::SecretBox*> Manager::secretBox() {
   return &*secret_box_;
 }
 
+std::string Manager::egressOffMessage() const {
+  std::string why = egress_off_reason_.empty() ? "egress is off on this node" : egress_off_reason_;
+  return why + " ('space node' shows it; spaced --egress on makes it required, and says why it cannot start)";
+}
+
+std::string Manager::noNetworkMessage(const std::string& id) const {
+  if (!egress_) return fmt::format("sandbox {} has no network: {}", id, egressOffMessage());
+  return fmt::format("sandbox {} has no network: it was made while egress was off (a sandbox made now gets one)", id);
+}
+
 Status Manager::checkEgressRequest(const CreateSandbox& cmd, const std::string& isolation) const {
   bool wants = cmd.network.has_value() || !cmd.secrets.empty();
   if (!wants) return ok();
   if (!egress_)
-    return makeError(ErrorKind::kUnsupported, "egress is off on this node (see the daemon's log): sandboxes have no "
-                     "network, so network policies and secrets cannot apply");
+    return makeError(ErrorKind::kUnsupported, "sandboxes of this node have no network, so network policies and secrets "
+                     "cannot apply: {}", egressOffMessage());
   if (isolation == "vm" && !(vm_ && vm_->networked()))
-    return makeError(ErrorKind::kUnsupported, "the vm tier of this node has no network (egress came up without it)");
+    return makeError(ErrorKind::kUnsupported, "the vm tier of this node has no network: egress came up after it, or "
+                     "without the address pool (restart spaced with egress on)");
   return ok();
 }
 
@@ -185,8 +196,7 @@ void Manager::resyncEgress() {
 Result<json> Manager::getNetwork(const std::string& id) {
   ASSIGN_OR_RETURN(store::SandboxRecord rec, store_->getSandbox(id));
   if (rec.pooled) return makeError(ErrorKind::kNotFound, "sandbox {} not found", id);
-  if (!rec.spec.contains("egress"))
-    return makeError(ErrorKind::kUnsupported, "sandbox {} has no network (egress off, or the vm tier)", id);
+  if (!rec.spec.contains("egress")) return makeError(ErrorKind::kUnsupported, "{}", noNetworkMessage(id));
   const json& e = rec.spec["egress"];
   json out = e.value("policy", denyAll());
   json names = json::array();
@@ -202,8 +212,7 @@ Result<json> Manager::getNetwork(const std::string& id) {
 Result<json> Manager::setNetwork(const std::string& id, const json& policy) {
   ASSIGN_OR_RETURN(store::SandboxRecord rec, store_->getSandbox(id));
   if (rec.pooled) return makeError(ErrorKind::kNotFound, "sandbox {} not found", id);
-  if (!rec.spec.contains("egress") || !egress_)
-    return makeError(ErrorKind::kUnsupported, "sandbox {} has no network (egress off, or the vm tier)", id);
+  if (!rec.spec.contains("egress") || !egress_) return makeError(ErrorKind::kUnsupported, "{}", noNetworkMessage(id));
   if (rec.state != "running" && rec.state != "paused")
     return makeError(ErrorKind::kConflict, "sandbox {} is {}, not running", id, rec.state);
   TRY(egress_->update(id, policy, std::nullopt));
@@ -215,7 +224,7 @@ Result<json> Manager::setNetwork(const std::string& id, const json& policy) {
 Status Manager::streamNetLog(const std::string& id, bool follow, const std::function<bool(const std::string&)>& sink) {
   ASSIGN_OR_RETURN(store::SandboxRecord rec, store_->getSandbox(id));
   if (rec.pooled) return makeError(ErrorKind::kNotFound, "sandbox {} not found", id);
-  if (!egress_) return makeError(ErrorKind::kUnsupported, "egress is off on this node");
+  if (!egress_) return makeError(ErrorKind::kUnsupported, "no audit log: {}", egressOffMessage());
   std::ifstream in(egress_->auditLogPath());
   std::string line, partial;
   for (;;) {

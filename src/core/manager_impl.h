@@ -182,6 +182,9 @@ class Manager final : public SandboxManager {
   std::unique_ptr<store::TemplateBuilder> templates_;
   std::unique_ptr<EgressSupervisor> egress_;
   std::string egress_off_reason_;
+  // Why a sandbox has no network, with the cause and what fixes it.
+  std::string egressOffMessage() const;
+  std::string noNetworkMessage(const std::string& id) const;
   std::mutex snapshot_mu_;                         // one snapshot, rollback or fork at a time
   std::mutex gen_mu_;                              // guards snapshot_gen_
   std::map<std::string, SnapshotGeneration> snapshot_gen_;  // per sandbox; lost on restart (= changed)

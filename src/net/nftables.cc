@@ -38,7 +38,19 @@ std::string ruleset(const EgressPorts& p) {
   // (decided by the spc* rules before them). Everything else to those ports is dropped, loopback included:
   // the redirects never arrive on lo, and a host process could otherwise bind a sandbox link's host end
   // (.1, inside the sandbox's registered /30) and be taken for that sandbox.
+  //
+  // antispoof, first of all (priority raw, before conntrack and the redirects): the gateway knows a sandbox
+  // by its packets' source address, and a VM guest is root in its own kernel and can send any source. A
+  // packet on a sandbox link must come from an address routed back through that same link (its own /30's
+  // sandbox end; strict reverse path through fib), never from one of the host's own addresses, and never
+  // be IPv6 (sandbox links carry IPv4 only; the gateway identifies no one by IPv6). SECURITY.md V8.
   return fmt::format(R"(table {fam} {name} {{
+  chain antispoof {{
+    type filter hook prerouting priority raw; policy accept;
+    iifname {ifs} meta nfproto ipv6 counter drop
+    iifname {ifs} fib saddr type local counter drop
+    iifname {ifs} fib saddr . iif oif missing counter drop
+  }}
   chain prerouting {{
     type nat hook prerouting priority dstnat; policy accept;
     iifname {ifs} meta l4proto tcp fib daddr type local tcp dport {xp} redirect to :{proxy}

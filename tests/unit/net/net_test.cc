@@ -82,9 +82,14 @@ bool tcpConnects(int ns, uint32_t addr, uint16_t port, int wait_ms = 400) {
   return ok;
 }
 
-void udpSend(int ns, uint32_t addr, uint16_t port) {
+// from: the source address to bind (0: the kernel's choice); it must be an address of the namespace.
+void udpSend(int ns, uint32_t addr, uint16_t port, uint32_t from = 0) {
   inNetns(ns, [&] {
     UniqueFd s(socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0));
+    if (from) {
+      auto src = v4(from, 0);
+      if (bind(s.get(), reinterpret_cast<sockaddr*>(&src), sizeof src) != 0) ADD_FAILURE() << "bind: " << strerror(errno);
+    }
     auto a = v4(addr, port);
     sendto(s.get(), "q", 1, 0, reinterpret_cast<sockaddr*>(&a), sizeof a);
   });
@@ -144,6 +149,14 @@ TEST(NetNftables, RulesetRedirectsAndDrops) {
   EXPECT_NE(r.find("iifname \"spc*\" meta l4proto tcp redirect to :15001"), std::string::npos);
   EXPECT_NE(r.find("iifname \"spc*\" udp dport 53 redirect to :15053"), std::string::npos);
   EXPECT_NE(r.find("iifname \"spc*\" drop"), std::string::npos);
+}
+
+TEST(NetNftables, SpoofedSourcesAreDroppedBeforeTheRedirects) {
+  std::string r = ruleset(EgressPorts{});
+  EXPECT_NE(r.find("type filter hook prerouting priority raw"), std::string::npos) << r;
+  EXPECT_NE(r.find("iifname \"spc*\" fib saddr . iif oif missing counter drop"), std::string::npos) << r;
+  EXPECT_NE(r.find("iifname \"spc*\" meta nfproto ipv6 counter drop"), std::string::npos) << r;
+  EXPECT_LT(r.find("chain antispoof"), r.find("chain prerouting")) << r;
 }
 
 TEST(NetNftables, GatewayPortsAreClosedToAllButSandboxLinks) {
@@ -218,6 +231,54 @@ TEST(NetNamespace, GatewayPortsTakeOnlyRedirectedSandboxTraffic) {
   EXPECT_EQ(drain(px.get(), true), 1);
   udpSend(sandbox_ns.get(), 0xc0000201, 53);
   EXPECT_EQ(drain(dns.get(), false), 1);
+  ASSERT_TRUE(removeTable());
+}
+
+// SECURITY.md V8 at the host: a sandbox that owns its kernel (as a VM guest does; here a namespace we
+// control) sends DNS with its neighbour's address as the source. Its own packets reach the gateway's DNS
+// port; the spoofed ones are dropped before the redirect, so the gateway never sees them as the neighbour.
+TEST(NetNamespace, ASandboxCannotSendAsItsNeighbour) {
+  if (geteuid() != 0) GTEST_SKIP() << "needs root for network namespaces, veth and nftables";
+  UniqueFd a_ns = newNetns(), b_ns = newNetns();
+  if (!a_ns || !b_ns) GTEST_SKIP() << "cannot create a network namespace here: " << strerror(errno);
+  auto exists = tableExists();
+  if (!exists) GTEST_SKIP() << "nftables unavailable: " << exists.error().message;
+  if (*exists) GTEST_SKIP() << "a live SPACE egress gateway owns table inet space on this host; not touching it";
+
+  uint16_t base = uint16_t(23000 + getpid() % 20000);
+  EgressPorts ports{base, uint16_t(base + 1), uint16_t(base + 2), 3128};
+  UniqueFd dns = listenOn(SOCK_DGRAM, ports.dns);
+  ASSERT_TRUE(dns) << "port " << ports.dns << " busy: " << strerror(errno);
+  auto pool = *AddressPool::parse("10.254.4.0/24");
+  auto a_net = *pool.allocate(), b_net = *pool.allocate();
+  auto a = SandboxLink::create(a_ns.get(), fmt::format("spca{}", getpid() % 100000), a_net);
+  auto b = SandboxLink::create(b_ns.get(), fmt::format("spcb{}", getpid() % 100000), b_net);
+  ASSERT_TRUE(a && b) << (a ? b.error().message : a.error().message);
+  // A takes B's address as its own as well (a guest's root can).
+  auto inside = sys::Rtnl::open(a_ns.get());
+  ASSERT_TRUE(inside);
+  ASSERT_TRUE(inside->addAddressV4("eth0", b_net.sandboxAddress(), 32));
+  ASSERT_TRUE(installTable(ports));
+  Defer drop_table([] { (void)removeTable(); });
+  // A fresh link takes a moment to carry traffic: wait until A's own datagrams arrive.
+  int own = 0;
+  for (int i = 0; i < 25 && own == 0; ++i) {
+    udpSend(a_ns.get(), a_net.hostAddress(), 53, a_net.sandboxAddress());
+    own = drain(dns.get(), false);
+  }
+  ASSERT_GE(own, 1) << "the sandbox's own DNS never reached the gateway's port";
+  for (int i = 0; i < 5; ++i) udpSend(a_ns.get(), a_net.hostAddress(), 53, b_net.sandboxAddress());
+  EXPECT_EQ(drain(dns.get(), false, 400), 0) << "datagrams with the neighbour's source reached the gateway";
+  // B, the real owner of that address, still gets through on its own link.
+  int b_own = 0;
+  for (int i = 0; i < 25 && b_own == 0; ++i) {
+    udpSend(b_ns.get(), b_net.hostAddress(), 53, b_net.sandboxAddress());
+    b_own = drain(dns.get(), false);
+  }
+  EXPECT_GE(b_own, 1);
+  auto listed = listTable();
+  ASSERT_TRUE(listed);
+  EXPECT_NE(listed->find("fib saddr . iif oif missing counter packets 5"), std::string::npos) << *listed;
   ASSERT_TRUE(removeTable());
 }
 
