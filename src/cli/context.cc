@@ -128,21 +128,26 @@ int exitCodeOf(const nlohmann::json& e) {
   return code < 0 ? 1 : code;
 }
 
-void printTable(const std::vector<std::string>& header, const std::vector<std::vector<std::string>>& rows) {
+std::string formatTable(const std::vector<std::string>& header, const std::vector<std::vector<std::string>>& rows) {
   std::vector<size_t> width(header.size());
   for (size_t i = 0; i < header.size(); ++i) width[i] = header[i].size();
   for (const auto& r : rows) {
     for (size_t i = 0; i < r.size() && i < width.size(); ++i) width[i] = std::max(width[i], r[i].size());
   }
+  std::string out;
   auto line = [&](const std::vector<std::string>& cells) {
-    std::string out;
     for (size_t i = 0; i < cells.size(); ++i) {
       out += i + 1 == cells.size() ? cells[i] : fmt::format("{:<{}}  ", cells[i], width[i]);
     }
-    fmt::print("{}\n", out);
+    out += '\n';
   };
   line(header);
   for (const auto& r : rows) line(r);
+  return out;
+}
+
+void printTable(const std::vector<std::string>& header, const std::vector<std::vector<std::string>>& rows) {
+  fmt::print("{}", formatTable(header, rows));
 }
 
 }  // namespace space::cli

@@ -46,6 +46,8 @@ Result<http::ClientResponse> uploadFromFd(Context& ctx, const std::string& metho
 // GET target into the local file `local` (temporary name, fsync, rename); 0 or fail()'s code.
 int downloadToFile(Context& ctx, const std::string& target, const std::string& local);
 
+// Columns padded to their widest cell, two spaces apart; the last column is not padded.
+std::string formatTable(const std::vector<std::string>& header, const std::vector<std::vector<std::string>>& rows);
 void printTable(const std::vector<std::string>& header, const std::vector<std::vector<std::string>>& rows);
 
 }  // namespace space::cli
