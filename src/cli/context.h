@@ -25,6 +25,8 @@ Result<Context> contextFromEnv(bool json);
 
 // Prints "space: <message>" and a hint for what to do; returns 1.
 int fail(const Context* ctx, const Error& error);
+// The "hint:" line fail() prints under the daemon's message; empty when there is nothing to add.
+std::string failureHint(const Error& error);
 // Turns a non-2xx response into an Error carrying the daemon's message.
 Status checkResponse(const http::ClientResponse& resp);
 // request + checkResponse + JSON parse (null for empty bodies).
