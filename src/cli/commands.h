@@ -50,6 +50,10 @@ int cmdLogs(Context& ctx, const std::string& id, const std::string& proc, bool f
 int cmdPs(Context& ctx, const std::string& id);
 int cmdStart(Context& ctx, const std::string& id, const ExecOptions& o);
 int cmdKill(Context& ctx, const std::string& id, const std::string& proc, const std::string& sig);
+// What `space node` prints: the tiers table, the KVM line, what auto picks, egress; fields the daemon
+// left out are printed as not reported.
+std::string nodeText(const nlohmann::json& node);
+int cmdNode(Context& ctx);
 int cmdKeyCreate(Context& ctx, const std::string& name);
 int cmdKeyLs(Context& ctx);
 int cmdKeyRotate(Context& ctx);

@@ -1,5 +1,7 @@
 #include "cli/context.h"
 
+#include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <cstdlib>
 
@@ -14,38 +16,53 @@ Result<Context> contextFromEnv(bool json) {
   return Context{http::Client(endpoint, key ? key : ""), json};
 }
 
-int fail(const Context* ctx, const Error& error) {
-  std::string hint;
+namespace {
+
+// Whether a daemon message is about what the node offers (a tier, its accelerator, the egress gateway)
+// rather than about one sandbox.
+bool aboutNodeFacility(const std::string& message) {
+  std::string lower = message;
+  std::transform(lower.begin(), lower.end(), lower.begin(), [](unsigned char c) { return std::tolower(c); });
+  for (std::string_view word : {"tier", "isolation", "kvm", "accelerator", "egress"}) {
+    if (lower.find(word) != std::string::npos) return true;
+  }
+  return false;
+}
+
+}  // namespace
+
+std::string failureHint(const Error& error) {
   switch (error.kind) {
     case ErrorKind::kUnavailable:
-      if (error.message.find("cannot connect") != std::string::npos || error.message.find("cannot resolve") != std::string::npos) {
-        std::string where = ctx ? ctx->client.endpoint().text : "unix:///run/space/spaced.sock";
-        fmt::print(stderr, "space: daemon not reachable at {} ({})\n", where, error.message);
-        fmt::print(stderr, "hint: is spaced running? start it with scripts/quickstart, or point SPACE_HOST at it\n");
-        return 1;
-      }
-      hint = "the daemon is busy or the sandbox's agent went away; retry, or check 'space inspect ID'";
-      break;
+      if (aboutNodeFacility(error.message))
+        return "'space node' shows the node's tiers, accelerator and egress as they are now, and why any is "
+               "missing; retry once it is back";
+      return "the daemon is busy or the sandbox's agent went away; retry, or check 'space inspect ID'";
     case ErrorKind::kUnauthenticated:
-      hint = "set SPACE_API_KEY to a key made with 'space key create NAME' on the daemon's host";
-      break;
+      return "set SPACE_API_KEY to a key made with 'space key create NAME' on the daemon's host";
     case ErrorKind::kNotFound:
-      hint = "'space ls' lists sandboxes, 'space template ls' templates";
-      break;
+      return "'space ls' lists sandboxes, 'space template ls' templates";
     case ErrorKind::kConflict:
-      hint = "the sandbox is not in a state that allows this; see 'space inspect ID'";
-      break;
+      return "the sandbox is not in a state that allows this; see 'space inspect ID'";
     case ErrorKind::kResourceExhausted:
-      hint = "a quota or the disk is full; remove sandboxes with 'space rm ID' or ask for less";
-      break;
+      return "a quota or the disk is full; remove sandboxes with 'space rm ID' or ask for less";
     case ErrorKind::kUnsupported:
-      hint = "this runtime cannot do that yet";
-      break;
+      return "the node does not offer this; 'space node' shows its tiers, accelerator and egress";
     default:
-      break;
+      return "";
+  }
+}
+
+int fail(const Context* ctx, const Error& error) {
+  if (error.kind == ErrorKind::kUnavailable && (error.message.find("cannot connect") != std::string::npos ||
+                                                error.message.find("cannot resolve") != std::string::npos)) {
+    std::string where = ctx ? ctx->client.endpoint().text : "unix:///run/space/spaced.sock";
+    fmt::print(stderr, "space: daemon not reachable at {} ({})\n", where, error.message);
+    fmt::print(stderr, "hint: is spaced running? start it with scripts/quickstart, or point SPACE_HOST at it\n");
+    return 1;
   }
   fmt::print(stderr, "space: {}\n", error.message);
-  if (!hint.empty()) fmt::print(stderr, "hint: {}\n", hint);
+  if (std::string hint = failureHint(error); !hint.empty()) fmt::print(stderr, "hint: {}\n", hint);
   return 1;
 }
 
@@ -128,21 +145,26 @@ int exitCodeOf(const nlohmann::json& e) {
   return code < 0 ? 1 : code;
 }
 
-void printTable(const std::vector<std::string>& header, const std::vector<std::vector<std::string>>& rows) {
+std::string formatTable(const std::vector<std::string>& header, const std::vector<std::vector<std::string>>& rows) {
   std::vector<size_t> width(header.size());
   for (size_t i = 0; i < header.size(); ++i) width[i] = header[i].size();
   for (const auto& r : rows) {
     for (size_t i = 0; i < r.size() && i < width.size(); ++i) width[i] = std::max(width[i], r[i].size());
   }
+  std::string out;
   auto line = [&](const std::vector<std::string>& cells) {
-    std::string out;
     for (size_t i = 0; i < cells.size(); ++i) {
       out += i + 1 == cells.size() ? cells[i] : fmt::format("{:<{}}  ", cells[i], width[i]);
     }
-    fmt::print("{}\n", out);
+    out += '\n';
   };
   line(header);
   for (const auto& r : rows) line(r);
+  return out;
+}
+
+void printTable(const std::vector<std::string>& header, const std::vector<std::vector<std::string>>& rows) {
+  fmt::print("{}", formatTable(header, rows));
 }
 
 }  // namespace space::cli

@@ -25,6 +25,8 @@ Result<Context> contextFromEnv(bool json);
 
 // Prints "space: <message>" and a hint for what to do; returns 1.
 int fail(const Context* ctx, const Error& error);
+// The "hint:" line fail() prints under the daemon's message; empty when there is nothing to add.
+std::string failureHint(const Error& error);
 // Turns a non-2xx response into an Error carrying the daemon's message.
 Status checkResponse(const http::ClientResponse& resp);
 // request + checkResponse + JSON parse (null for empty bodies).
@@ -46,6 +48,8 @@ Result<http::ClientResponse> uploadFromFd(Context& ctx, const std::string& metho
 // GET target into the local file `local` (temporary name, fsync, rename); 0 or fail()'s code.
 int downloadToFile(Context& ctx, const std::string& target, const std::string& local);
 
+// Columns padded to their widest cell, two spaces apart; the last column is not padded.
+std::string formatTable(const std::vector<std::string>& header, const std::vector<std::vector<std::string>>& rows);
 void printTable(const std::vector<std::string>& header, const std::vector<std::vector<std::string>>& rows);
 
 }  // namespace space::cli

@@ -175,6 +175,8 @@ int main(int argc, char** argv) {
   auto* c_secret_rm = c_secret->add_subcommand("rm", "remove secrets");
   c_secret_rm->add_option("NAME", secret_names)->required();
 
+  auto* c_node = app.add_subcommand("node", "what this node offers: isolation tiers, accelerator, egress");
+
   auto* c_key = app.add_subcommand("key", "API keys for TCP clients (run on the daemon's host)");
   c_key->require_subcommand(1);
   auto* c_key_create = c_key->add_subcommand("create", "make a key; prints the secret once");
@@ -236,6 +238,7 @@ int main(int argc, char** argv) {
   if (c_secret_set->parsed()) return cmdSecretSet(ctx, secret);
   if (c_secret_ls->parsed()) return cmdSecretLs(ctx);
   if (c_secret_rm->parsed()) return cmdSecretRm(ctx, secret_names);
+  if (c_node->parsed()) return cmdNode(ctx);
   if (c_key_create->parsed()) return cmdKeyCreate(ctx, name);
   if (c_key_ls->parsed()) return cmdKeyLs(ctx);
   if (c_key_revoke->parsed()) return cmdKeyRevoke(ctx, id);

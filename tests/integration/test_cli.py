@@ -197,3 +197,20 @@ def test_unknown_sandbox_and_bad_usage(cli):
     assert r.returncode != 0 and err(r).strip()
     r = cli("create", "--memory", "lots")
     assert r.returncode != 0 and err(r).strip()
+
+
+def test_node(cli):
+    r = cli("node", "--json")
+    assert r.returncode == 0, err(r)
+    node = json.loads(out(r))
+    assert node["isolation"]["jail"]["available"] is True, node
+    r = cli("node")
+    assert r.returncode == 0, err(r)
+    lines = out(r).splitlines()
+    assert lines[0].split() == ["TIER", "AVAILABLE", "ACCEL", "NOTES"], out(r)
+    assert any(line.split()[:2] == ["jail", "yes"] for line in lines), out(r)
+    assert f"auto isolation: {node['isolation']['auto']}" in lines, out(r)
+    vm = node["isolation"].get("vm", {})
+    if vm.get("available") is False:
+        # a tier that is not there says why on its own line
+        assert any(line.split()[:2] == ["vm", "no"] and vm.get("reason", "") in line for line in lines), out(r)

@@ -1,4 +1,4 @@
-// CLI argument helpers: sizes, durations, pairs, exit codes, cp argument splitting.
+// CLI argument helpers: sizes, durations, pairs, exit codes, cp argument splitting; failure hints.
 #include <gtest/gtest.h>
 
 #include "cli/commands.h"
@@ -60,6 +60,20 @@ TEST(CliParse, CpArguments) {
   EXPECT_EQ(splitRemote("sb-1:/root/x"), (std::pair<std::string, std::string>{"sb-1", "/root/x"}));
   EXPECT_EQ(splitRemote("./a:b"), (std::pair<std::string, std::string>{"", "./a:b"}));
   EXPECT_EQ(splitRemote("file.txt"), (std::pair<std::string, std::string>{"", "file.txt"}));
+}
+
+TEST(FailureHint, UnsupportedPointsAtSpaceNode) {
+  std::string hint = failureHint(Error{ErrorKind::kUnsupported, 0, "egress is off on this node"});
+  EXPECT_NE(hint.find("space node"), std::string::npos) << hint;
+  EXPECT_EQ(hint.find("yet"), std::string::npos) << hint;
+}
+
+TEST(FailureHint, UnavailableTierPointsAtSpaceNode) {
+  EXPECT_NE(failureHint(Error{ErrorKind::kUnavailable, 0, "the vm tier is not available right now: KVM probe"})
+                .find("space node"),
+            std::string::npos);
+  EXPECT_EQ(failureHint(Error{ErrorKind::kUnavailable, 0, "sandbox sb-1 does not answer: closed"}).find("space node"),
+            std::string::npos);
 }
 
 }  // namespace
