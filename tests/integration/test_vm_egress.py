@@ -362,3 +362,44 @@ def test_forked_and_rolled_back_vms_each_reach_the_gateway_as_themselves(vm_net,
     finally:
         for sid in kids + [parent]:
             d.client.delete(sid)
+
+
+def spoof_drops() -> int:
+    """Packets the host dropped on sandbox links for a source not routed back through that link."""
+    out = _run("nft", "list", "chain", "inet", "space", "antispoof").stdout
+    for line in out.splitlines():
+        if "fib saddr . iif oif missing" in line:
+            return int(line.split("counter packets")[1].split()[0])
+    raise AssertionError(f"no reverse-path rule in the antispoof chain:\n{out}")
+
+
+def test_v8_a_vm_sending_as_its_neighbour_gets_nothing_under_the_neighbours_policy(vm_net, upstream):
+    """Guest root owns its kernel: it takes a neighbour jail's address and sends DNS from it to its own
+    gateway address. Dropped on the host before the redirect: the neighbour's allow-list is never applied,
+    nothing is resolved upstream, and the neighbour's audit holds nothing of it. The neighbour's own query
+    for such a name does reach the upstream (the spoof would have worked)."""
+    d = vm_net
+    wildcard = {"mode": "allow-list", "rules": [{"action": "allow", "domain": "*.allowed.test"}]}
+    neighbour = d.client.create(network=wildcard)["id"]
+    sid = create_vm(d)  # deny-all
+    try:
+        n_gw = d.client.call("GET", f"/v1/sandboxes/{neighbour}/network")["gateway"]
+        n_ip = n_gw.rsplit(".", 1)[0] + "." + str(int(n_gw.rsplit(".", 1)[1]) + 1)
+        gw = d.client.call("GET", f"/v1/sandboxes/{sid}/network")["gateway"]
+        label = "v8" + os.urandom(4).hex()
+        before, drops_before = len(upstream_log(upstream)), spoof_drops()
+        r = sh(d, sid, f"ip addr add {n_ip}/32 dev eth0 && ip route replace {gw} dev eth0 src {n_ip} && "
+                       f"ip route get {gw}; timeout 5 nslookup {label}.allowed.test {gw}; echo rc=$?")
+        assert f"src {n_ip}" in r.out, r.out  # the guest really sent as its neighbour
+        time.sleep(0.5)
+        after = upstream_log(upstream)[before:]
+        assert not [e for e in after if e["kind"] == "dns" and label in e["name"]], after
+        assert not [x for x in net_log(d, neighbour) if label in json.dumps(x)], net_log(d, neighbour)
+        assert spoof_drops() > drops_before, "the host dropped nothing on the VM's link"
+        # Control: the neighbour itself may resolve such names, so the spoofed query would have gone out.
+        r = sh(d, neighbour, f"nslookup ctl-{label}.allowed.test; echo rc=$?")
+        time.sleep(0.5)
+        assert [e for e in upstream_log(upstream)[before:] if e["kind"] == "dns" and f"ctl-{label}" in e["name"]], r.out
+    finally:
+        d.client.delete(sid)
+        d.client.delete(neighbour)
