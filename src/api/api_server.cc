@@ -65,6 +65,7 @@ void ApiServer::handle(http::Request& req, http::BodyReader& body, http::Respons
       metrics_.countRequest(req.method, route_name, resp.status());
       return;
     }
+    req.authenticated = true;
     auto match = router_.match(req.method, req.path);
     if (!match.route) {
       metrics_.countRejection(match.path_known ? "method_not_allowed" : "unknown_route");
@@ -88,7 +89,7 @@ void ApiServer::handle(http::Request& req, http::BodyReader& body, http::Respons
         if (status >= 400 && status < 500) metrics_.countRejection(code);
         if (status >= 500) logJson(spdlog::level::warn, "request failed", {{"route", route_name}, {"status", status}, {"error", err.message}});
         (void)sendError(resp, status, code, err.message);
-      } else {
+      } else if (resp.status() != 408) {  // the server's own answer to a body that stopped arriving (counted there)
         logJson(spdlog::level::info, "stream ended early", {{"route", route_name}, {"error", err.message}});
       }
     }

@@ -24,6 +24,9 @@ struct Request {
   std::map<std::string, std::string> headers;              // names lower-cased
   bool trusted = false;  // arrived on the unix socket (file permissions are the authentication)
   std::string peer;
+  // Set by the handler once the request proved who sent it (a valid API key). The server then counts the
+  // connection outside the small pool of unauthenticated ones (http/connection_limits.h).
+  bool authenticated = false;
 
   std::optional<std::string> queryValue(std::string_view key) const;
   std::vector<std::string> queryValues(std::string_view key) const;

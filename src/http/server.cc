@@ -1,51 +1,46 @@
 // The Beast-based HTTP/1.1 server. Synchronous I/O on one thread per connection: simple to reason about,
-// and the number of threads is capped by max_connections.
+// and the number of threads is capped by the connection limits. The accept loop decides admission
+// (http/connection_limits.h), a watchdog enforces deadlines, each connection's thread serves its
+// requests (the exchange itself is in server_exchange.cc).
 #include "http/server.h"
 
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
-#include <limits>
 #include <atomic>
-#include <condition_variable>
-#include <filesystem>
-#include <mutex>
-#include <set>
-#include <thread>
-
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/local/stream_protocol.hpp>
+#include <boost/asio/steady_timer.hpp>
 #include <boost/asio/write.hpp>
-#include <boost/beast/websocket/rfc6455.hpp>
+#include <condition_variable>
+#include <filesystem>
+#include <limits>
+#include <mutex>
+#include <set>
+#include <system_error>
+#include <thread>
 
+#include "common/unique_fd.h"
 #include "http/beast_detail.h"
+#include "http/server_conn.h"
+#include "http/server_exchange.h"
 #include "http/url.h"
 
 namespace space::http {
 
 using namespace detail;
-using Clock = std::chrono::steady_clock;
 namespace {
 
-int64_t nowMs() {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now().time_since_epoch()).count();
-}
-
-std::string errorBody(std::string_view code, std::string_view message) {
-  // Built by hand: these two strings are fixed ASCII, and this keeps JSON headers out of the server.
-  return fmt::format(R"({{"error":{{"code":"{}","message":"{}"}}}})", code, message);
-}
-
-// Deadline of one connection, enforced by the watchdog with shutdown(2): the blocked read or write in the
-// connection's thread then fails and the thread ends. Sync asio ops ignore SO_RCVTIMEO, hence this.
-struct Conn {
-  int fd = -1;
-  std::atomic<int64_t> deadline_ms{0};  // 0 = none
-  void arm(std::chrono::seconds d) { deadline_ms = nowMs() + std::chrono::duration_cast<std::chrono::milliseconds>(d).count(); }
-  void disarm() { deadline_ms = 0; }
-};
+// How often the watchdog looks at deadlines; a deadline is late by at most this much.
+constexpr std::chrono::milliseconds kWatchdogTick{100};
+// Accepting again at once after EMFILE would spin: the pending connection stays queued.
+constexpr std::chrono::milliseconds kAcceptBackoff{100};
+// Descriptors the daemon needs besides its connections (sandboxes, agents, the store, cgroups).
+constexpr rlim_t kDaemonDescriptors = 4096;
+constexpr uint64_t kDrainableBody = 64 * 1024;
 
 std::string peerName(asio::local::stream_protocol::socket&) { return "unix"; }
 std::string peerName(asio::ip::tcp::socket& s) {
@@ -54,179 +49,37 @@ std::string peerName(asio::ip::tcp::socket& s) {
   return ec ? std::string("tcp") : fmt::format("{}:{}", ep.address().to_string(), ep.port());
 }
 
-// After answering early (413, 404 on an upload), closing with unread request bytes would make TCP send
-// a reset that can destroy the answer before the client reads it. Half-close, then discard a bounded
-// amount of what the client is still sending.
-void lingeringClose(Socket& sock, Conn& conn) {
+// The per-source share is counted by address: an IPv4 client of a dual-stack listener counts as its
+// IPv4 address, whichever form the kernel reports.
+std::string sourceAddress(asio::local::stream_protocol::socket&) { return "unix"; }
+std::string sourceAddress(asio::ip::tcp::socket& s) {
   beast::error_code ec;
-  sock.shutdown(asio::socket_base::shutdown_send, ec);
-  char sink[16384];
-  size_t total = 0;
-  conn.arm(std::chrono::seconds(2));
-  while (!ec && total < (8u << 20)) total += sock.read_some(asio::buffer(sink), ec);
-  conn.disarm();
+  auto ep = s.remote_endpoint(ec);
+  if (ec) return "unknown";
+  auto addr = ep.address();
+  if (addr.is_v6() && addr.to_v6().is_v4_mapped()) {
+    return asio::ip::make_address_v4(asio::ip::v4_mapped, addr.to_v6()).to_string();
+  }
+  return addr.to_string();
 }
 
-constexpr size_t kBodyReadBuffer = 256 * 1024;
-constexpr uint64_t kDrainableBody = 64 * 1024;
+bool outOfResources(const beast::error_code& ec) {
+  return ec == asio::error::no_descriptors || ec == asio::error::no_buffer_space || ec == asio::error::no_memory ||
+         (ec.category() == boost::system::system_category() && ec.value() == ENFILE);
+}
 
-class BodyReaderImpl : public BodyReader {
- public:
-  BodyReaderImpl(Socket& sock, beast::flat_buffer& buf, bhttp::request_parser<bhttp::buffer_body>& parser,
-                 Conn& conn, std::chrono::seconds timeout)
-      : sock_(sock), buf_(buf), parser_(parser), conn_(conn), timeout_(timeout) {}
-
-  Result<size_t> read(char* out, size_t max) override {
-    // Beast sizes each socket read by the buffer's free capacity (at least 512 bytes): without room,
-    // a large upload arrives in 512-byte reads, one syscall each.
-    if (buf_.capacity() < kBodyReadBuffer) buf_.reserve(kBodyReadBuffer);
-    while (!parser_.is_done()) {
-      auto& body = parser_.get().body();
-      body.data = out;
-      body.size = max;
-      beast::error_code ec;
-      conn_.arm(timeout_);
-      bhttp::read_some(sock_, buf_, parser_, ec);
-      conn_.disarm();
-      if (ec == bhttp::error::need_buffer) ec = {};
-      if (ec) return makeError(ErrorKind::kUnavailable, "reading request body: {}", ec.message());
-      size_t n = max - body.size;
-      if (n > 0) return n;
-    }
-    return size_t{0};
-  }
-  std::optional<uint64_t> contentLength() const override {
-    auto len = parser_.content_length();
-    if (len) return *len;
-    return std::nullopt;
-  }
-  bool done() const { return parser_.is_done(); }
-
- private:
-  Socket& sock_;
-  beast::flat_buffer& buf_;
-  bhttp::request_parser<bhttp::buffer_body>& parser_;
-  Conn& conn_;
-  std::chrono::seconds timeout_;
-};
-
-class ResponseWriterImpl : public ResponseWriter {
- public:
-  ResponseWriterImpl(Socket& sock, std::shared_ptr<asio::io_context> ioc,
-                     bhttp::request_parser<bhttp::buffer_body>& parser, Conn& conn, const ServerOptions& opts)
-      : sock_(sock), ioc_(std::move(ioc)), parser_(parser), conn_(conn), opts_(opts) {}
-
-  Status send(int status, std::string_view content_type, std::string_view body) override {
-    if (status_ != 0) return makeError(ErrorKind::kInternal, "response already started");
-    bhttp::response<bhttp::string_body> res{static_cast<bhttp::status>(status), 11};
-    res.set(bhttp::field::server, opts_.server_name);
-    res.set(bhttp::field::content_type, std::string(content_type));
-    res.keep_alive(parser_.get().keep_alive());
-    res.body() = std::string(body);
-    res.prepare_payload();
-    status_ = status;
-    finished_ = true;
-    beast::error_code ec;
-    conn_.arm(opts_.io_timeout);
-    bhttp::write(sock_, res, ec);
-    conn_.disarm();
-    if (ec) return fail(ec);
-    return ok();
-  }
-
-  Status beginStream(int status, std::string_view content_type, std::optional<uint64_t> length) override {
-    if (status_ != 0) return makeError(ErrorKind::kInternal, "response already started");
-    bhttp::response<bhttp::empty_body> res{static_cast<bhttp::status>(status), 11};
-    res.set(bhttp::field::server, opts_.server_name);
-    res.set(bhttp::field::content_type, std::string(content_type));
-    res.keep_alive(parser_.get().keep_alive());
-    if (length) {
-      res.content_length(*length);
-    } else {
-      res.chunked(true);
-    }
-    chunked_ = !length;
-    remaining_ = length.value_or(0);
-    status_ = status;
-    bhttp::response_serializer<bhttp::empty_body> sr{res};
-    beast::error_code ec;
-    conn_.arm(opts_.io_timeout);
-    bhttp::write_header(sock_, sr, ec);
-    conn_.disarm();
-    if (ec) return fail(ec);
-    return ok();
-  }
-
-  Status write(std::string_view data) override {
-    if (status_ == 0 || finished_) return makeError(ErrorKind::kInternal, "write outside a streamed response");
-    if (data.empty()) return ok();
-    beast::error_code ec;
-    conn_.arm(opts_.io_timeout);
-    if (chunked_) {
-      asio::write(sock_, bhttp::make_chunk(asio::buffer(data.data(), data.size())), ec);
-    } else {
-      if (data.size() > remaining_) {
-        conn_.disarm();
-        return makeError(ErrorKind::kInternal, "response body longer than its Content-Length");
-      }
-      remaining_ -= data.size();
-      asio::write(sock_, asio::buffer(data.data(), data.size()), ec);
-    }
-    conn_.disarm();
-    if (ec) return fail(ec);
-    return ok();
-  }
-
-  Status end() override {
-    if (status_ == 0 || finished_) return makeError(ErrorKind::kInternal, "end outside a streamed response");
-    finished_ = true;
-    if (!chunked_) {
-      if (remaining_ != 0) {
-        broken_ = true;  // the peer would wait for the missing bytes; only closing tells it
-        return makeError(ErrorKind::kInternal, "response body shorter than its Content-Length");
-      }
-      return ok();
-    }
-    beast::error_code ec;
-    conn_.arm(opts_.io_timeout);
-    asio::write(sock_, bhttp::make_chunk_last(), ec);
-    conn_.disarm();
-    if (ec) return fail(ec);
-    return ok();
-  }
-
-  bool started() const override { return status_ != 0; }
-  int status() const override { return status_; }
-  bool isWebSocketUpgrade() const override { return beast::websocket::is_upgrade(parser_.get()); }
-
-  Result<std::unique_ptr<WebSocket>> acceptWebSocket() override {
-    if (status_ != 0) return makeError(ErrorKind::kInternal, "response already started");
-    if (!isWebSocketUpgrade()) return makeError(ErrorKind::kInvalidArgument, "this route needs a WebSocket upgrade");
-    status_ = 101;
-    finished_ = true;
-    upgraded_ = true;
-    return detail::acceptWebSocket(ioc_, std::move(sock_), parser_.get());
-  }
-
-  bool finished() const { return finished_; }
-  bool broken() const { return broken_; }
-  bool upgraded() const { return upgraded_; }
-
- private:
-  Status fail(const beast::error_code& ec) {
-    broken_ = true;
-    return makeError(ErrorKind::kUnavailable, "writing response: {}", ec.message());
-  }
-
-  Socket& sock_;
-  std::shared_ptr<asio::io_context> ioc_;
-  bhttp::request_parser<bhttp::buffer_body>& parser_;
-  Conn& conn_;
-  const ServerOptions& opts_;
-  int status_ = 0;
-  bool chunked_ = false, finished_ = false, broken_ = false, upgraded_ = false;
-  uint64_t remaining_ = 0;
-};
+// Every connection holds a descriptor, a PTY or exec stream a second one towards its agent, and the
+// daemon needs its own. Under systemd the soft limit starts at 1024, which the slots alone could exhaust:
+// raise it as far as needed, never above the hard limit. Best effort: if it stays low, accept backs off on
+// EMFILE instead of spinning. Jail sandboxes set their own limit (runtime nofile) and do not inherit this.
+void raiseDescriptorLimit(size_t connections) {
+  rlimit lim{};
+  if (::getrlimit(RLIMIT_NOFILE, &lim) != 0) return;
+  rlim_t want = static_cast<rlim_t>(connections) * 2 + kDaemonDescriptors;
+  if (lim.rlim_cur >= want) return;
+  lim.rlim_cur = lim.rlim_max == RLIM_INFINITY ? want : std::min(want, lim.rlim_max);
+  (void)::setrlimit(RLIMIT_NOFILE, &lim);
+}
 
 }  // namespace
 
@@ -243,7 +96,8 @@ struct Server::Impl {
   mutable std::mutex mu;
   std::condition_variable cv;
   std::set<Conn*> conns;
-  size_t active = 0;
+  ConnectionLimits limits{ConnectionLimitOptions{}};
+  size_t threads = 0;  // connection threads still running, evicted ones included
   std::atomic<bool> stopping{false};
   bool drained = false;  // run() gave up waiting for connections; guarded by mu
 
@@ -252,88 +106,198 @@ struct Server::Impl {
   }
 
   template <class Acceptor>
-  void acceptLoop(Acceptor& acceptor, bool trusted) {
-    acceptor.async_accept([this, &acceptor, trusted](beast::error_code ec, typename Acceptor::protocol_type::socket s) {
-      if (ec == asio::error::operation_aborted || stopping) return;
-      if (!ec) onAccepted(std::move(s), trusted);
-      acceptLoop(acceptor, trusted);
-    });
+  void acceptLoop(Acceptor& acceptor, Listener listener) {
+    acceptor.async_accept(
+        [this, &acceptor, listener](beast::error_code ec, typename Acceptor::protocol_type::socket s) {
+          if (ec == asio::error::operation_aborted || stopping) return;
+          if (!ec) {
+            onAccepted(std::move(s), listener);
+          } else if (outOfResources(ec)) {
+            reject("accept_failed");
+            auto timer = std::make_shared<asio::steady_timer>(accept_ioc, kAcceptBackoff);
+            timer->async_wait([this, &acceptor, listener, timer](beast::error_code) {
+              if (!stopping) acceptLoop(acceptor, listener);
+            });
+            return;
+          }
+          acceptLoop(acceptor, listener);
+        });
+  }
+
+  // Under mu. Takes a slot for the newcomer, displacing a stalled connection where the limits allow.
+  Verdict admitLocked(Slot& slot) {
+    for (int attempt = 0; attempt < 2; ++attempt) {
+      Verdict v = limits.check(slot);
+      if (v == Verdict::kAdmit) {
+        limits.take(slot);
+        return v;
+      }
+      if (v != Verdict::kEvictAnyStalled && v != Verdict::kEvictUnauthenticated) return v;
+      Conn* victim = longestStalledLocked(v == Verdict::kEvictUnauthenticated);
+      if (!victim) return Verdict::kRefuseFull;
+      evictLocked(*victim);
+    }
+    return Verdict::kRefuseFull;
+  }
+
+  // The connection that has waited longest on its peer (a head or body that is not arriving).
+  Conn* longestStalledLocked(bool unauthenticated_tcp_only) {
+    Conn* best = nullptr;
+    int64_t best_since = std::numeric_limits<int64_t>::max();
+    for (Conn* c : conns) {
+      if (!c->slot.held) continue;  // already leaving
+      if (unauthenticated_tcp_only && (c->slot.listener != Listener::kTcp || c->slot.authenticated)) continue;
+      int64_t since = c->waiting_since_ms;
+      if (since != 0 && since < best_since) {
+        best = c;
+        best_since = since;
+      }
+    }
+    return best;
+  }
+
+  // The victim's slot is free at once; its thread sees the cut read side, answers 408 if a request had
+  // begun, and ends. shutdown(2) rather than close(2): the fd stays owned by its thread.
+  void evictLocked(Conn& victim) {
+    Cut none = Cut::kNone;
+    victim.cut.compare_exchange_strong(none, Cut::kEvicted);
+    limits.release(victim.slot);
+    ::shutdown(victim.fd, SHUT_RD);
   }
 
   template <class Sock>
-  void onAccepted(Sock s, bool trusted) {
+  void refuse(Sock& s, Verdict v) {
+    std::string body =
+        errorBody("unavailable", v == Verdict::kRefuseSource ? "too many connections from this address; retry later"
+                                                             : "too many connections; retry later");
+    std::string busy = fmt::format(
+        "HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\nRetry-After: 1\r\n"
+        "Connection: close\r\nContent-Length: {}\r\n\r\n{}",
+        body.size(), body);
+    // Non-blocking so a peer that does not read cannot stall the accept loop.
     beast::error_code ec;
+    s.non_blocking(true, ec);
+    asio::write(s, asio::buffer(busy), ec);
+    reject(refusalReason(v));
+  }
+
+  template <class Sock>
+  void onAccepted(Sock s, Listener listener) {
+    beast::error_code ec;
+    auto conn = std::make_unique<Conn>();
+    conn->slot.listener = listener;
+    conn->slot.source = sourceAddress(s);
     std::string peer = peerName(s);
-    {
-      std::lock_guard lock(mu);
-      if (active >= opts.max_connections) {
-        std::string body = errorBody("unavailable", "too many connections; retry later");
-        std::string busy = fmt::format(
-            "HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\nConnection: close\r\n"
-            "Content-Length: {}\r\n\r\n{}",
-            body.size(), body);
-        // Non-blocking so a peer that does not read cannot stall the accept loop.
-        s.non_blocking(true, ec);
-        asio::write(s, asio::buffer(busy), ec);
-        reject("connection_limit");
-        return;
-      }
-      ++active;
-    }
     generic_proto proto(s.local_endpoint(ec).protocol());
-    int fd = s.release(ec);
-    if (ec) {
-      std::lock_guard lock(mu);
-      --active;
+    std::lock_guard lock(mu);
+    if (Verdict v = admitLocked(conn->slot); v != Verdict::kAdmit) {
+      refuse(s, v);
       return;
     }
-    std::thread([this, fd, proto, trusted, peer] { serve(fd, proto, trusted, peer); }).detach();
+    conn->fd = s.release(ec);
+    if (ec) {
+      limits.release(conn->slot);
+      return;
+    }
+    // It waits for its head from now on, so it can be displaced like any stalled connection.
+    conn->waiting_since_ms = steadyNowMs();
+    Conn* raw = conn.get();
+    conns.insert(raw);
+    ++threads;
+    try {
+      // The thread owns the connection; conn gives it up only once the thread exists.
+      std::thread t([this, raw, proto, peer] { serve(std::unique_ptr<Conn>(raw), proto, peer); });
+      conn.release();
+      t.detach();
+    } catch (const std::system_error&) {
+      // Out of threads: the slot and the descriptor go back, the peer sees the connection close.
+      conns.erase(raw);
+      --threads;
+      limits.release(raw->slot);
+      UniqueFd closing(raw->fd);
+      reject("thread_limit");
+    }
   }
-  void serve(int fd, generic_proto proto, bool trusted, std::string peer);
+
+  void serve(std::unique_ptr<Conn> conn, generic_proto proto, std::string peer);
+  void serveRequests(Socket& sock, const std::shared_ptr<asio::io_context>& ioc, Conn& conn, const std::string& peer,
+                     bool& upgraded);
+  // The request head did not come: answer what can be answered, count it.
+  void answerHeadFailure(Socket& sock, Conn& conn, const beast::error_code& ec, size_t buffered);
   void watchdog();
 };
 
-void Server::Impl::serve(int fd, generic_proto proto, bool trusted, std::string peer) {
+void Server::Impl::serve(std::unique_ptr<Conn> conn, generic_proto proto, std::string peer) {
   auto ioc = std::make_shared<asio::io_context>();
   Socket sock(*ioc);
   beast::error_code ec;
-  sock.assign(proto, fd, ec);
-  Conn conn;
-  conn.fd = fd;
+  sock.assign(proto, conn->fd, ec);
+  if (ec) {
+    UniqueFd unowned(conn->fd);  // the socket did not take it
+  }
+  bool upgraded = false;
+  if (!ec) serveRequests(sock, ioc, *conn, peer, upgraded);
   {
     std::lock_guard lock(mu);
-    conns.insert(&conn);
+    conns.erase(conn.get());
   }
+  if (!upgraded) {
+    sock.shutdown(asio::socket_base::shutdown_both, ec);
+    sock.close(ec);
+  }
+  std::lock_guard lock(mu);
+  limits.release(conn->slot);
+  --threads;
+  cv.notify_all();
+}
+
+void Server::Impl::answerHeadFailure(Socket& sock, Conn& conn, const beast::error_code& ec, size_t buffered) {
+  if (Cut cut = conn.cut; cut != Cut::kNone) {
+    // Nothing arrived: an idle keep-alive connection or a silent peer; no request to answer.
+    if (buffered == 0) {
+      reject(cut == Cut::kEvicted ? "evicted" : "idle_timeout");
+      return;
+    }
+    reject(cut == Cut::kEvicted ? "evicted" : "request_timeout");
+    (void)sendEarlyAnswer(
+        sock, conn, opts, 408,
+        errorBody("request_timeout",
+                  cut == Cut::kEvicted
+                      ? "the request head stopped arriving while the server was full; retry"
+                      : fmt::format("the request head did not arrive within {}", formatSeconds(opts.head_timeout))));
+    return;
+  }
+  if (ec == bhttp::error::end_of_stream || ec == asio::error::eof || ec == asio::error::connection_reset) return;
+  if (buffered == 0) {
+    reject("timeout_or_disconnect");
+    return;
+  }
+  bool limit = ec == bhttp::error::header_limit || ec == bhttp::error::buffer_overflow;
+  reject(limit ? "header_too_large" : "malformed_http");
+  (void)sendEarlyAnswer(sock, conn, opts, limit ? 431 : 400,
+                        limit ? errorBody("header_too_large", "request head exceeds 16 KiB")
+                              : errorBody("invalid_argument", "malformed HTTP request"));
+}
+
+void Server::Impl::serveRequests(Socket& sock, const std::shared_ptr<asio::io_context>& ioc, Conn& conn,
+                                 const std::string& peer, bool& upgraded) {
+  // The listener never changes after accept; the rest of the slot is guarded by mu.
+  const bool trusted = conn.slot.listener == Listener::kUnix;
+  bool counted_authenticated = trusted;
   beast::flat_buffer buf;
-  bool upgraded = false;
-  while (!stopping && !ec) {
-    bhttp::request_parser<bhttp::buffer_body> parser;
+  beast::error_code ec;
+  while (!stopping) {
+    RequestParser parser;
     parser.header_limit(static_cast<uint32_t>(opts.header_limit));
     // JSON routes limit themselves; uploads are unlimited by design. Not boost::none: Beast 1.74 compares
     // an empty optional limit as "exceeded" for bodies with a Content-Length.
     parser.body_limit(std::numeric_limits<std::uint64_t>::max());
-    conn.arm(opts.header_timeout);
+    conn.awaitPeer(opts.head_timeout);
     bhttp::read_header(sock, buf, parser, ec);
     conn.disarm();
-    if (ec == bhttp::error::end_of_stream || ec == asio::error::eof || ec == asio::error::connection_reset) break;
     if (ec) {
-      bool limit = ec == bhttp::error::header_limit || ec == bhttp::error::buffer_overflow;
-      bool timeout = ec == asio::error::broken_pipe || ec == asio::error::shut_down || ec == asio::error::bad_descriptor;
-      if (timeout || buf.size() == 0) {
-        reject("timeout_or_disconnect");
-        break;
-      }
-      int status = limit ? 431 : 400;
-      reject(limit ? "header_too_large" : "malformed_http");
-      bhttp::response<bhttp::string_body> res{static_cast<bhttp::status>(status), 11};
-      res.set(bhttp::field::content_type, "application/json");
-      res.body() = limit ? errorBody("header_too_large", "request head exceeds 16 KiB")
-                         : errorBody("invalid_argument", "malformed HTTP request");
-      res.keep_alive(false);
-      res.prepare_payload();
-      conn.arm(opts.io_timeout);
-      bhttp::write(sock, res, ec);
-      break;
+      answerHeadFailure(sock, conn, ec, buf.size());
+      return;
     }
     auto& head = parser.get();
     Request req;
@@ -346,8 +310,15 @@ void Server::Impl::serve(int fd, generic_proto proto, bool trusted, std::string 
       std::transform(name.begin(), name.end(), name.begin(), [](unsigned char c) { return std::tolower(c); });
       req.headers[name] = std::string(field.value());
     }
-    BodyReaderImpl body(sock, buf, parser, conn, opts.io_timeout);
-    ResponseWriterImpl resp(sock, ioc, parser, conn, opts);
+    // Once the handler accepted the request's key, the connection leaves the unauthenticated pool.
+    auto on_progress = [&] {
+      if (counted_authenticated || !req.authenticated) return;
+      counted_authenticated = true;
+      std::lock_guard lock(mu);
+      limits.authenticate(conn.slot);
+    };
+    ResponseWriterImpl resp(sock, ioc, parser, conn, opts, trusted, on_progress);
+    BodyReaderImpl body(sock, buf, parser, conn, opts, resp, on_reject, on_progress);
     auto target = parseTarget(req.target);
     if (!target) {
       reject("bad_target");
@@ -358,59 +329,62 @@ void Server::Impl::serve(int fd, generic_proto proto, bool trusted, std::string 
       if (auto expect = req.header("expect"); expect && beast::iequals(*expect, "100-continue")) {
         // curl waits for this before sending a large upload.
         bhttp::response<bhttp::empty_body> cont{bhttp::status::continue_, 11};
-        conn.arm(opts.io_timeout);
+        conn.armWrite(opts.write_timeout);
         bhttp::write(sock, cont, ec);
         conn.disarm();
-        if (ec) break;
+        if (ec) return;
       }
       handler(req, body, resp);
     }
     if (resp.upgraded()) {
       upgraded = true;
-      break;
+      return;
     }
+    // The server cut the connection (a deadline, an eviction): whatever was answered, it ends here.
+    if (conn.cut != Cut::kNone) return;
     if (!resp.started()) {
       (void)resp.send(500, "application/json", errorBody("internal", "the handler sent no response"));
     }
+    if (resp.broken() || !resp.finished()) return;
+    if (resp.closing()) {
+      if (!body.done()) lingeringClose(sock, conn);
+      return;
+    }
     // A small body the handler had no use for (`{}` on POST .../pause) is read and dropped, so the
-    // connection stays usable. A response cut short, or a large body left unread, leaves the byte
-    // stream out of step: close.
-    if (!resp.broken() && resp.finished() && !body.done() && body.contentLength() &&
-        *body.contentLength() <= kDrainableBody) {
+    // connection stays usable. A large body left unread leaves the byte stream out of step: close.
+    if (!body.done() && body.contentLength() && *body.contentLength() <= kDrainableBody) {
       char sink[4096];
       for (;;) {
         auto n = body.read(sink, sizeof sink);
         if (!n || *n == 0) break;
       }
+      if (conn.cut != Cut::kNone) return;
     }
-    if (!resp.broken() && resp.finished() && !body.done()) {
+    if (!body.done()) {
       lingeringClose(sock, conn);
-      break;
+      return;
     }
-    if (resp.broken() || !resp.finished() || !head.keep_alive()) break;
   }
-  {
-    std::lock_guard lock(mu);
-    conns.erase(&conn);
-  }
-  if (!upgraded) {
-    sock.shutdown(asio::socket_base::shutdown_both, ec);
-    sock.close(ec);
-  }
-  std::lock_guard lock(mu);
-  --active;
-  cv.notify_all();
 }
 
 void Server::Impl::watchdog() {
   std::unique_lock lock(mu);
   while (!drained) {
-    cv.wait_for(lock, std::chrono::milliseconds(500));
-    int64_t now = nowMs();
+    cv.wait_for(lock, kWatchdogTick);
+    int64_t now = steadyNowMs();
     for (Conn* c : conns) {
-      int64_t d = c->deadline_ms;
+      int64_t d = c->deadline;
+      if (d == 0 || now <= (d >> 1)) continue;
       // shutdown(2) rather than close(2): the fd stays owned by its thread, so it cannot be reused under it.
-      if (d != 0 && now > d) ::shutdown(c->fd, SHUT_RDWR);
+      if (d & 1) {
+        // A read deadline: cut the read side only, so that the thread can still answer 408.
+        Cut none = Cut::kNone;
+        c->cut.compare_exchange_strong(none, Cut::kTimedOut);
+        c->deadline.compare_exchange_strong(d, 0);
+        ::shutdown(c->fd, SHUT_RD);
+      } else {
+        ::shutdown(c->fd, SHUT_RDWR);
+      }
     }
   }
 }
@@ -418,6 +392,7 @@ void Server::Impl::watchdog() {
 Server::Server(Handler handler, ServerOptions options, RejectFn on_reject) : impl_(std::make_unique<Impl>()) {
   impl_->handler = std::move(handler);
   impl_->opts = std::move(options);
+  impl_->limits = ConnectionLimits(impl_->opts.limits);
   impl_->on_reject = std::move(on_reject);
 }
 
@@ -484,9 +459,10 @@ uint16_t Server::tcpPort() const {
 }
 
 void Server::run(std::chrono::seconds drain_timeout) {
+  raiseDescriptorLimit(impl_->opts.limits.max_connections);
   std::thread dog([this] { impl_->watchdog(); });
-  if (impl_->unix_acceptor) impl_->acceptLoop(*impl_->unix_acceptor, true);
-  if (impl_->tcp_acceptor) impl_->acceptLoop(*impl_->tcp_acceptor, false);
+  if (impl_->unix_acceptor) impl_->acceptLoop(*impl_->unix_acceptor, Listener::kUnix);
+  if (impl_->tcp_acceptor) impl_->acceptLoop(*impl_->tcp_acceptor, Listener::kTcp);
   auto guard = asio::make_work_guard(impl_->accept_ioc);
   impl_->accept_ioc.run();
   beast::error_code ec;
@@ -495,10 +471,10 @@ void Server::run(std::chrono::seconds drain_timeout) {
   {
     std::unique_lock lock(impl_->mu);
     impl_->cv.notify_all();
-    if (!impl_->cv.wait_for(lock, drain_timeout, [&] { return impl_->active == 0; })) {
+    if (!impl_->cv.wait_for(lock, drain_timeout, [&] { return impl_->threads == 0; })) {
       // Long streams (logs -f, PTYs) do not end by themselves: cut them, then give their threads a moment.
       for (Conn* c : impl_->conns) ::shutdown(c->fd, SHUT_RDWR);
-      impl_->cv.wait_for(lock, std::chrono::seconds(2), [&] { return impl_->active == 0; });
+      impl_->cv.wait_for(lock, std::chrono::seconds(2), [&] { return impl_->threads == 0; });
     }
   }
   {
@@ -517,7 +493,7 @@ void Server::stop() {
 
 size_t Server::activeConnections() const {
   std::lock_guard lock(impl_->mu);
-  return impl_->active;
+  return impl_->limits.active();
 }
 
 }  // namespace space::http

@@ -1,6 +1,9 @@
 // HTTP/1.1 server for spaced: a unix socket (trusted by its file permissions) and optionally TCP.
-// One thread per connection, capped; a watchdog shuts down sockets whose deadline passed so that a slow
-// or silent peer (slowloris) cannot hold a thread. Handlers see only the Beast-free types of message.h.
+// One thread per connection, capped, with the slots shared out by http/connection_limits.h (a reserve for
+// the unix socket, a share per TCP source, a small pool for connections that have not shown a key). A
+// watchdog enforces deadlines so that a slow or silent peer (slowloris) cannot hold a thread: a request
+// whose head or body stops arriving is answered 408 and closed. Handlers see only the Beast-free types
+// of message.h.
 #pragma once
 
 #include <chrono>
@@ -10,21 +13,28 @@
 #include <string>
 
 #include "common/result.h"
+#include "http/connection_limits.h"
 #include "http/message.h"
 
 namespace space::http {
 
 struct ServerOptions {
-  size_t max_connections = 512;
+  ConnectionLimitOptions limits;
   size_t header_limit = 16 * 1024;
-  std::chrono::seconds header_timeout{30};  // the whole request head, and keep-alive idle time
-  std::chrono::seconds io_timeout{120};     // one stalled body read or response write
+  // Absolute, from when the server starts waiting for a request (a new connection, or the end of the
+  // previous response): keep-alive idle time and the whole request head together.
+  std::chrono::milliseconds head_timeout{10'000};
+  // Inactivity: one read of the request body that receives nothing.
+  std::chrono::milliseconds body_timeout{20'000};
+  // One stalled response write.
+  std::chrono::milliseconds write_timeout{120'000};
   std::string server_name = "spaced";
 };
 
 using Handler = std::function<void(Request&, BodyReader&, ResponseWriter&)>;
-// Called for requests refused before any handler saw them ("header_too_large", "malformed_http",
-// "connection_limit", "timeout").
+// Called for connections and requests refused by the server itself: "header_too_large", "malformed_http",
+// "connection_limit", "source_connection_limit", "request_timeout" (408), "evicted" (displaced to make
+// room), "idle_timeout", "thread_limit", "accept_failed".
 using RejectFn = std::function<void(const std::string& reason)>;
 
 class Server {
@@ -45,7 +55,7 @@ class Server {
   // and returns.
   void run(std::chrono::seconds drain_timeout = std::chrono::seconds(10));
   void stop();  // thread-safe
-  size_t activeConnections() const;
+  size_t activeConnections() const;  // connections holding a slot
 
   struct Impl;
 
