@@ -47,7 +47,9 @@ std::string capabilitiesText(const json& tier) {
   for (const auto& [key, label] : kKnown) {
     if (flag(*caps, key.c_str()).value_or(false)) names.push_back(label);
   }
-  for (const auto& [key, value] : caps->items()) {
+  for (const auto& item : caps->items()) {
+    const std::string& key = item.key();
+    const json& value = item.value();
     bool known = std::any_of(kKnown.begin(), kKnown.end(), [&](const auto& k) { return k.first == key; });
     if (known || !value.is_boolean() || !value.get<bool>()) continue;
     std::string label = key;

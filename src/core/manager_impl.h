@@ -169,6 +169,9 @@ class Manager final : public SandboxManager {
 
   // Reconciliation and reaping (reconcile.cc)
   Status reconcile();
+  // Why a pooled sandbox left by an earlier spaced no longer fits this one's configuration (empty: it
+  // fits): made with or without a network where egress is now the other way, or with other default limits.
+  std::string poolMismatch(const store::SandboxRecord& rec) const;
   void reapLoop();
   void reapOnce();
   void autoPause(store::SandboxRecord& rec, int64_t now);

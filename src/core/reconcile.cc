@@ -12,6 +12,19 @@
 
 namespace space::core {
 
+std::string Manager::poolMismatch(const store::SandboxRecord& rec) const {
+  bool networked = rec.persisted.contains("net");
+  bool want = egress_ != nullptr && (rec.runtime != "vm" || (vm_ && vm_->networked()));
+  if (networked != want)
+    return networked ? "it has a network and egress is now off" : "it has no network and egress is now on";
+  const nlohmann::json& l = rec.spec.value("limits", nlohmann::json::object());
+  runtime::Limits d = defaultLimits(rec.runtime);
+  if (l.value("cpu_millis", 0u) != d.cpu_millis || l.value("memory_bytes", uint64_t{0}) != d.memory_bytes ||
+      l.value("pids", 0u) != d.pids || l.value("disk_bytes", uint64_t{0}) != d.disk_bytes)
+    return "it has other limits than this configuration's defaults";
+  return "";
+}
+
 Status Manager::reconcile() {
   store::SandboxFilter all;
   all.include_pooled = true;
@@ -26,6 +39,15 @@ Status Manager::reconcile() {
       // ones again. A pooled VM stays parked (stopped until a create takes it).
       bool paused = rec.state == "paused";
       bool parked = rec.pooled && rec.persisted.value("parked", false);
+      if (rec.pooled) {
+        if (std::string why = poolMismatch(rec); !why.empty()) {
+          spdlog::info("reconcile: recycling pooled sandbox {}: {}", rec.id, why);
+          if (auto st = runtimeFor(rec.runtime).destroy(persisted); !st)
+            spdlog::error("reconcile: clean sandbox {}: {}", rec.id, st.error().message);
+          (void)store_->deleteSandbox(rec.id);
+          continue;
+        }
+      }
       if (!parked) {
         runtime::Instance frozen;
         frozen.id = rec.id;
