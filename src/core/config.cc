@@ -114,6 +114,8 @@ Result<DaemonConfig> DaemonConfig::fromJson(const json& j, DaemonConfig base) {
       TRY(readString(v, key, c.vm_accel));
       if (c.vm_accel != "auto" && c.vm_accel != "kvm" && c.vm_accel != "tcg")
         return makeError(ErrorKind::kInvalidArgument, "config: vm_accel must be \"auto\", \"kvm\" or \"tcg\"");
+    } else if (key == "uid_registry_dir") {
+      TRY(readString(v, key, c.uid_registry_dir));
     } else if (key == "vm_kvm_node") {
       TRY(readString(v, key, c.vm_kvm_node));
     } else if (key == "vm_kvm_probe_cache_dir") {
@@ -202,6 +204,7 @@ nlohmann::json DaemonConfig::toJson() const {
           {"vm_accel", vm_accel},
           {"vm_kvm_probe_cache_dir", vm_kvm_probe_cache_dir},
           {"vm_kvm_node", vm_kvm_node},
+          {"uid_registry_dir", uid_registry_dir},
           {"vm_kvm_probe_timeout_ms", vm_kvm_probe_timeout_ms},
           {"vm_pool_size", vm_pool_size},
           {"vm_default_memory_mib", vm_default_memory_mib},

@@ -44,6 +44,7 @@ struct DaemonConfig {
   // succeed or spaced does not start; "tcg": emulation only, KVM never tried.
   std::string vm_accel = "auto";
   std::string vm_kvm_probe_cache_dir = "/run/space/kvm-probe";  // host-wide probe verdicts (a tmpfs)
+  std::string uid_registry_dir = "/run/space/uid-blocks";  // host-wide claims of sandbox uid ranges
   std::string vm_kvm_node = "/dev/kvm";    // the KVM device spaced checks (config file only: tests move it)
   int64_t vm_kvm_probe_timeout_ms = 20000;  // how long the probe VM has to reach its agent under KVM
   int vm_pool_size = 2;                    // pooled VMs per pooled template (restored and stopped)

@@ -137,7 +137,7 @@ runtime::SandboxSpec Manager::specFor(const store::SandboxRecord& rec, const sto
   spec.template_id = tpl.id;
   spec.dir = config_.state_dir + "/sandboxes/" + rec.id;
   spec.hostname = rec.id;
-  spec.uid_base = kUidBase + static_cast<uint32_t>(rec.uid_slot) * kUidRange;
+  spec.uid_base = uid_block_.uidBase(static_cast<uint32_t>(rec.uid_slot));
   spec.uid_count = kUidRange;
   spec.limits = limits;
   return spec;
@@ -167,8 +167,8 @@ Result<Manager::Started> Manager::startSandbox(const store::TemplateRecord& tpl,
     // reconciliation cleans, never an object nobody knows about.
     std::lock_guard lock(slot_mu_);
     ASSIGN_OR_RETURN(int slot, store_->freeUidSlot());
-    if (static_cast<uint64_t>(slot) >= (0xFFFFFFFFull - kUidBase) / kUidRange)
-      return makeError(ErrorKind::kResourceExhausted, "no free uid range for another sandbox");
+    if (slot < 0 || static_cast<uint32_t>(slot) >= kSlotsPerBlock)
+      return makeError(ErrorKind::kResourceExhausted, "no free uid range for another sandbox ({} per node)", kSlotsPerBlock);
     rec.uid_slot = slot;
     TRY(store_->insertSandbox(rec));
   }

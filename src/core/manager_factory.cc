@@ -1,6 +1,7 @@
 #include "core/manager_factory.h"
 
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <spdlog/spdlog.h>
 
@@ -62,6 +63,17 @@ Result<std::unique_ptr<SandboxManager>> makeSandboxManager(const DaemonConfig& c
   if ((st.st_mode & 0011) != 0011 && chmod(config.state_dir.c_str(), (st.st_mode & 07777) | 0011) < 0)
     return sysError(errno, "make state directory {} traversable", config.state_dir);
   ASSIGN_OR_RETURN(auto store, store::Store::open(config.state_dir));
+  if (config.max_sandboxes > static_cast<int>(kSlotsPerBlock))
+    return makeError(ErrorKind::kInvalidArgument, "max_sandboxes {} exceeds the {} uid ranges a node has",
+                     config.max_sandboxes, kSlotsPerBlock);
+  bool legacy_sandboxes = false;
+  if (access((config.state_dir + "/uid-block").c_str(), F_OK) != 0) {
+    store::SandboxFilter all;
+    all.include_pooled = true;
+    auto rows = store->listSandboxes(all);
+    legacy_sandboxes = rows && !rows->empty();
+  }
+  ASSIGN_OR_RETURN(UidBlock uid_block, UidBlock::claim(config.uid_registry_dir, config.state_dir, legacy_sandboxes));
 
   jail::JailConfig jail_config;
   jail_config.state_dir = config.state_dir;
@@ -114,6 +126,7 @@ Result<std::unique_ptr<SandboxManager>> makeSandboxManager(const DaemonConfig& c
   if (auto st = templates->removeInterruptedBuilds(); !st) return tl::unexpected(st.error());
   auto manager = std::make_unique<Manager>(config, std::move(store), std::move(jail), std::move(vm),
                                             std::move(vm_unavailable), std::move(templates));
+  manager->setUidBlock(std::move(uid_block));
   if (egress) manager->setEgress(std::move(egress->supervisor));
   else manager->setEgressOffReason(egress_off_reason);
   TRY(manager->startBackground());

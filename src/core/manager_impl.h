@@ -20,13 +20,10 @@
 #include "store/secret_box.h"
 #include "store/store.h"
 #include "store/templates.h"
+#include "core/uid_blocks.h"
 
 namespace space::core {
 
-// First host uid of sandbox uid ranges; slot n owns [kUidBase + n*kUidRange, +kUidRange). Far above any
-// regular host account, below the 32-bit limit for ~60000 slots.
-inline constexpr uint32_t kUidBase = 0x10000000;
-inline constexpr uint32_t kUidRange = 65536;
 
 struct Counters {
   std::atomic<uint64_t> creates_pool{0};
@@ -48,6 +45,8 @@ class Manager final : public SandboxManager {
   void setEgress(std::unique_ptr<EgressSupervisor> egress) { egress_ = std::move(egress); }
   // Why the node runs without egress (GET /v1/node), when it does.
   void setEgressOffReason(std::string reason) { egress_off_reason_ = std::move(reason); }
+  // The host-wide block of uid ranges this node's sandboxes run as (held until the manager goes).
+  void setUidBlock(UidBlock block) { uid_block_ = std::move(block); }
   Status startBackground();  // reconcile, then start the pool filler and the reaper
 
   Result<SandboxView> create(const CreateSandbox& cmd) override;
@@ -185,6 +184,7 @@ class Manager final : public SandboxManager {
   std::unique_ptr<store::TemplateBuilder> templates_;
   std::unique_ptr<EgressSupervisor> egress_;
   std::string egress_off_reason_;
+  UidBlock uid_block_;
   // Why a sandbox has no network, with the cause and what fixes it.
   std::string egressOffMessage() const;
   std::string noNetworkMessage(const std::string& id) const;
