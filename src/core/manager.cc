@@ -9,6 +9,7 @@
 
 #include "common/hex.h"
 #include "common/ids.h"
+#include "core/manager_factory.h"
 #include "runtime/jail/network.h"
 
 namespace space::core {
@@ -118,6 +119,16 @@ Result<runtime::Limits> Manager::resolveLimits(const CreateSandbox& cmd, const s
     if (*cmd.pids < 8 || *cmd.pids > 1u << 22)
       return makeError(ErrorKind::kInvalidArgument, "pids must be between 8 and 4194304");
     limits.pids = *cmd.pids;
+    // Every process may hold nofile descriptors: a sandbox's share of the host's file table (J26).
+    uint64_t file_max = isolation == "vm" ? 0 : hostFileMax();  // a guest's files are its own kernel's
+    if (file_max > kHostFileReserve) {
+      uint64_t share = (file_max - kHostFileReserve) / static_cast<uint64_t>(std::max(config_.max_sandboxes, 1));
+      if (uint64_t{limits.pids} * limits.nofile > share)
+        return makeError(ErrorKind::kInvalidArgument,
+                         "pids {} × {} open files each exceeds a sandbox's share of the host's file table ({} files: "
+                         "fs.file-max {} over max_sandboxes {}); ask for at most {} pids",
+                         limits.pids, limits.nofile, share, file_max, config_.max_sandboxes, share / limits.nofile);
+    }
   }
   if (cmd.disk_bytes) {
     if (*cmd.disk_bytes < 16 * kMiB) return makeError(ErrorKind::kInvalidArgument, "disk must be at least 16 MiB");

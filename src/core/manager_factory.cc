@@ -51,7 +51,39 @@ Result<std::optional<Egress>> startEgress(const DaemonConfig& config, std::strin
   return std::optional<Egress>(Egress{std::move(*sup), std::make_shared<net::AddressPool>(pool)});
 }
 
+// The host's file table (SECURITY.md J26). Every process of a sandbox may hold `nofile` descriptors, so
+// a sandbox reaches pids × nofile open files; the kernel charges them to the sandbox's memory cgroup, but
+// fs.file-max is host-wide: with it below what the admitted sandboxes may open, a few sandboxes give
+// ENFILE to spaced, the gateway and everyone. spaced raises it to max_sandboxes × pids × nofile plus a
+// reserve for the host, and says so; where it cannot, it says what to set.
+void ensureFileTable(const DaemonConfig& config) {
+  uint64_t per_sandbox = uint64_t{config.default_limits.pids} * config.default_limits.nofile;
+  uint64_t need = per_sandbox * static_cast<uint64_t>(std::max(config.max_sandboxes, 1)) + kHostFileReserve;
+  uint64_t current = hostFileMax();
+  if (current >= need) return;
+  FILE* f = fopen("/proc/sys/fs/file-max", "w");
+  bool raised = f && fprintf(f, "%llu\n", static_cast<unsigned long long>(need)) > 0;
+  if (f && fclose(f) != 0) raised = false;
+  if (raised && hostFileMax() >= need) {
+    spdlog::info("raised fs.file-max from {} to {}: {} sandboxes × {} pids × {} files, and {} for the host", current,
+                 need, config.max_sandboxes, config.default_limits.pids, config.default_limits.nofile, kHostFileReserve);
+    return;
+  }
+  spdlog::warn("fs.file-max is {}, but {} sandboxes × {} pids × {} files need {}: a few sandboxes could exhaust the "
+               "host's file table. Set sysctl fs.file-max={} or lower max_sandboxes, the default pids or nofile",
+               current, config.max_sandboxes, config.default_limits.pids, config.default_limits.nofile, need, need);
+}
+
 }  // namespace
+
+uint64_t hostFileMax() {
+  unsigned long long v = 0;
+  if (FILE* f = fopen("/proc/sys/fs/file-max", "r")) {
+    if (fscanf(f, "%llu", &v) != 1) v = 0;
+    fclose(f);
+  }
+  return v;
+}
 
 Result<std::unique_ptr<SandboxManager>> makeSandboxManager(const DaemonConfig& config) {
   if (mkdir(config.state_dir.c_str(), 0711) < 0 && errno != EEXIST)
@@ -73,6 +105,7 @@ Result<std::unique_ptr<SandboxManager>> makeSandboxManager(const DaemonConfig& c
     auto rows = store->listSandboxes(all);
     legacy_sandboxes = rows && !rows->empty();
   }
+  ensureFileTable(config);
   ASSIGN_OR_RETURN(UidBlock uid_block, UidBlock::claim(config.uid_registry_dir, config.state_dir, legacy_sandboxes));
 
   jail::JailConfig jail_config;

@@ -10,6 +10,11 @@
 
 namespace space::core {
 
+// Open files the host keeps for itself (spaced, the gateway, everything else) above what sandboxes may hold.
+inline constexpr uint64_t kHostFileReserve = 1u << 20;
+// fs.file-max now (0 when unreadable).
+uint64_t hostFileMax();
+
 Result<std::unique_ptr<SandboxManager>> makeSandboxManager(const DaemonConfig& config);
 
 }  // namespace space::core
