@@ -661,3 +661,21 @@ def test_j25_garbage_into_every_fd(client, jail, daemon):
     assert state in ("running", "failed"), state
     new = jail(probe=False)
     assert client.sh(new, "echo fresh-ok").out == "fresh-ok\n"
+
+
+def test_j27_host_disk_activity_locks_and_boot_id_are_not_shown(client, make_sandbox):
+    a, b = make_sandbox()["id"], make_sandbox()["id"]
+    # Every sandbox's layer is a loop device of the host: its I/O counters would be a channel between tenants.
+    for f in ("diskstats", "partitions", "locks"):
+        r = client.sh(a, f"wc -c < /proc/{f}")
+        assert r.exit_code == 0 and r.out.strip() == "0", (f, r.out, r.err)
+    host_boot = Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+    boot_a = client.sh(a, "cat /proc/sys/kernel/random/boot_id").out.strip()
+    boot_b = client.sh(b, "cat /proc/sys/kernel/random/boot_id").out.strip()
+    assert re.fullmatch(r"[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}", boot_a), boot_a
+    assert boot_a != host_boot and boot_b != host_boot and boot_a != boot_b, (boot_a, boot_b, host_boot)
+    # Read-only, and not found in /dev where it was made.
+    assert client.sh(a, "echo x > /proc/sys/kernel/random/boot_id").exit_code != 0
+    assert ".boot_id" not in client.sh(a, "ls -a /dev").out
+    # The template's hostname file is its own, not the build host's.
+    assert client.sh(a, "cat /etc/hostname").out.strip() != socket.gethostname()

@@ -5,6 +5,7 @@
 #include <fcntl.h>
 #include <sched.h>
 #include <sys/mount.h>
+#include <sys/random.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -110,7 +111,10 @@ Status maskProc(const JailInitConfig& config) {
   // Files that leak host kernel state or act on the host (J3, J11): covered by /dev/null.
   for (const char* file : {"kcore", "kallsyms", "kmsg", "sched_debug", "timer_list", "timer_stats", "keys", "key-users",
                            "latency_stats", "sysrq-trigger", "kpagecount", "kpageflags", "kpagecgroup", "config.gz",
-                           "modules", "slabinfo", "vmallocinfo", "buddyinfo"}) {
+                           "modules", "slabinfo", "vmallocinfo", "buddyinfo",
+                           // Every block device's I/O counters, every sandbox's layer loop device among
+                           // them, and the host's file locks: a channel between tenants (J27).
+                           "diskstats", "partitions", "locks"}) {
     std::string path = proc + "/" + file;
     struct stat st;
     if (lstat(path.c_str(), &st) < 0 || !S_ISREG(st.st_mode)) continue;
@@ -130,6 +134,32 @@ Status maskProc(const JailInitConfig& config) {
     if (lstat(path.c_str(), &st) < 0 || !S_ISDIR(st.st_mode)) continue;
     TRY(bindReadOnly(path));
   }
+  return giveOwnBootId(config);
+}
+
+Status giveOwnBootId(const JailInitConfig& config) {
+  // The host's boot id names the host (and its reboots) to every tenant (J27): the sandbox reads one of
+  // its own. The file is made on the sandbox's /dev tmpfs, bound read-only over the kernel's, and
+  // unlinked from /dev again (the bind keeps it).
+  std::string target = config.rootfs + "/proc/sys/kernel/random/boot_id";
+  struct stat st;
+  if (lstat(target.c_str(), &st) < 0) return ok();
+  unsigned char b[16];
+  if (getrandom(b, sizeof b, 0) != static_cast<ssize_t>(sizeof b)) return sysError(errno, "getrandom");
+  b[6] = (b[6] & 0x0f) | 0x40;  // a version 4 UUID, like the kernel's
+  b[8] = (b[8] & 0x3f) | 0x80;
+  std::string id = fmt::format("{:02x}{:02x}{:02x}{:02x}-{:02x}{:02x}-{:02x}{:02x}-{:02x}{:02x}-{:02x}{:02x}{:02x}{:02x}{:02x}{:02x}\n",
+                               b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7], b[8], b[9], b[10], b[11], b[12], b[13],
+                               b[14], b[15]);
+  std::string source = config.rootfs + "/dev/.boot_id";
+  {
+    UniqueFd fd(open(source.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0444));
+    if (!fd) return sysError(errno, "create {}", source);
+    if (write(fd.get(), id.data(), id.size()) != static_cast<ssize_t>(id.size())) return sysError(errno, "write {}", source);
+  }
+  TRY(doMount(source, target, nullptr, MS_BIND));
+  TRY(doMount("", target, nullptr, MS_BIND | MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC));
+  if (unlink(source.c_str()) < 0) return sysError(errno, "unlink {}", source);
   return ok();
 }
 

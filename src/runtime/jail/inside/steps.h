@@ -17,6 +17,8 @@ Status bindRootfs(const JailInitConfig& config);
 Status mountProc(const JailInitConfig& config);
 Status buildDev(const JailInitConfig& config);
 Status maskProc(const JailInitConfig& config);
+// A boot id of the sandbox's own over /proc/sys/kernel/random/boot_id (called by maskProc).
+Status giveOwnBootId(const JailInitConfig& config);
 Status pivotIntoRoot(const JailInitConfig& config);
 
 // host_identity.cc
