@@ -305,8 +305,8 @@ def test_a_flood_of_dns_and_denied_connections_is_bounded_on_disk_and_a_neighbou
         grown = audit_bytes(d) - before_bytes
         after = stats(d)
         print(f"\nflood: {sent}; audit grew {grown} bytes; neighbour during: {during}; after: {after_flood}")
-        print("gateway audit counters:", json.dumps(after["audit"]),
-              {k: v for k, v in after["denials"].items() if "rate-limit" in k})
+        print("gateway audit counters:", json.dumps(after.get("audit")),
+              {k: v for k, v in after.get("denials", {}).items() if "rate-limit" in k})
 
         # The flood was a flood: on the old gateway every one of these was a line on the host's disk.
         assert sent["dns_sent"] > 20 * 1000 and sent["connects"] > 500, sent
