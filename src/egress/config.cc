@@ -7,9 +7,35 @@
 
 namespace space::egress {
 
+namespace {
+
+// Limits that would switch a protection off, or contradict each other, are refused rather than clamped:
+// the operator learns at start that the setting does not mean what they thought.
+Status validateLimits(const Config& c) {
+  auto bad = [](std::string_view what) { return makeError(ErrorKind::kInvalidArgument, "config: {}", what); };
+  for (const auto& [name, r] : {std::pair{"audit_lines_per_second / audit_line_burst", c.audit.lines_per_sandbox},
+                                {"connections_per_second / connection_burst", c.connection_rate},
+                                {"dns_queries_per_second / dns_query_burst", c.dns_rate}})
+    if (!(r.per_second > 0) || !(r.burst >= 1)) return bad(fmt::format("{} must be > 0 and >= 1", name));
+  if (c.audit.max_bytes != 0 && c.audit.max_bytes < kMinAuditBytes)
+    return bad(fmt::format("audit_log_max_bytes must be 0 (no cap) or at least {}", kMinAuditBytes));
+  if (c.audit.interval < std::chrono::milliseconds(100) || c.audit.interval > std::chrono::minutes(10))
+    return bad("audit_interval_ms must be between 100 and 600000");
+  if (c.connections.max_total == 0 || c.connections.max_per_sandbox == 0)
+    return bad("max_connections and max_connections_per_sandbox must be > 0");
+  if (c.connections.reserve >= c.connections.max_total)
+    return bad("reserved_connections must be less than max_connections");
+  if (c.head_deadline < std::chrono::milliseconds(100) || c.handshake_timeout < std::chrono::milliseconds(100))
+    return bad("head_deadline_ms and handshake_timeout_ms must be at least 100");
+  return ok();
+}
+
+}  // namespace
+
 Result<Config> parseConfig(const nlohmann::json& j) {
   if (!j.is_object()) return makeError(ErrorKind::kInvalidArgument, "config must be a JSON object");
   Config c;
+  bool reserve_given = false;
   try {
     for (const auto& [k, v] : j.items()) {
       if (k == "control_socket")
@@ -26,12 +52,35 @@ Result<Config> parseConfig(const nlohmann::json& j) {
         c.upstream_ca_file = v.get<std::string>();
       else if (k == "audit_log")
         c.audit_log = v.get<std::string>();
+      else if (k == "audit_log_max_bytes")
+        c.audit.max_bytes = v.get<uint64_t>();
+      else if (k == "audit_lines_per_second")
+        c.audit.lines_per_sandbox.per_second = v.get<double>();
+      else if (k == "audit_line_burst")
+        c.audit.lines_per_sandbox.burst = v.get<double>();
+      else if (k == "audit_interval_ms")
+        c.audit.interval = std::chrono::milliseconds(v.get<uint32_t>());
       else if (k == "max_connections")
-        c.max_connections = v.get<size_t>();
+        c.connections.max_total = v.get<size_t>();
       else if (k == "max_connections_per_sandbox")
-        c.max_connections_per_sandbox = v.get<size_t>();
+        c.connections.max_per_sandbox = v.get<size_t>();
+      else if (k == "reserved_connections") {
+        c.connections.reserve = v.get<size_t>();
+        reserve_given = true;
+      } else if (k == "reserved_connections_per_sandbox")
+        c.connections.reserve_per_sandbox = v.get<size_t>();
+      else if (k == "connections_per_second")
+        c.connection_rate.per_second = v.get<double>();
+      else if (k == "connection_burst")
+        c.connection_rate.burst = v.get<double>();
+      else if (k == "dns_queries_per_second")
+        c.dns_rate.per_second = v.get<double>();
+      else if (k == "dns_query_burst")
+        c.dns_rate.burst = v.get<double>();
       else if (k == "handshake_timeout_ms")
         c.handshake_timeout = std::chrono::milliseconds(v.get<uint32_t>());
+      else if (k == "head_deadline_ms")
+        c.head_deadline = std::chrono::milliseconds(v.get<uint32_t>());
       else if (k == "idle_timeout_ms")
         c.idle_timeout = std::chrono::milliseconds(v.get<uint32_t>());
       else if (k == "detect_host_addresses")
@@ -68,6 +117,8 @@ Result<Config> parseConfig(const nlohmann::json& j) {
   } catch (const std::exception& e) {
     return makeError(ErrorKind::kInvalidArgument, "config: {}", e.what());
   }
+  if (!reserve_given) c.connections.reserve = c.connections.max_total / 8;
+  TRY(validateLimits(c));
   return c;
 }
 

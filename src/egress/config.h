@@ -9,8 +9,13 @@
 
 #include "common/result.h"
 #include "egress/address.h"
+#include "egress/audit.h"
+#include "egress/limits.h"
 
 namespace space::egress {
+
+// The smallest audit cap accepted: a few hundred lines per file.
+constexpr uint64_t kMinAuditBytes = 64 * 1024;
 
 struct Config {
   std::string control_socket = "/run/space/egress.sock";
@@ -20,9 +25,12 @@ struct Config {
   std::string upstream_resolvers;  // "1.1.1.1,9.9.9.9:53"; empty: the host's resolv.conf
   std::string upstream_ca_file;    // empty: the system bundle
   std::string audit_log = "-";     // "-" stdout
-  size_t max_connections = 4096;
-  size_t max_connections_per_sandbox = 256;
+  AuditOptions audit;              // cap, rotation, per-sandbox line budget, aggregation interval
+  ConnectionCaps connections;
+  Rate connection_rate{100, 200};  // new connections per sandbox
+  Rate dns_rate{100, 200};         // DNS queries per sandbox
   std::chrono::milliseconds handshake_timeout{10000};
+  std::chrono::milliseconds head_deadline{10000};
   std::chrono::milliseconds idle_timeout{300000};
   bool detect_host_addresses = true;      // add every address of every host interface to the lateral list
   std::vector<IpAddress> host_addresses;  // more lateral addresses

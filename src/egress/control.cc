@@ -98,7 +98,38 @@ Result<std::shared_ptr<Sandbox>> parseSandbox(const nlohmann::json& j) {
   return sb;
 }
 
-nlohmann::json handleControl(Registry& registry, Audit& audit, const nlohmann::json& req) {
+namespace {
+
+// "stats": the audit's counters (verdicts, denials by rule, what was aggregated or dropped, per sandbox
+// seen lately) and the gateway's (connections, limits).
+nlohmann::json statsReply(const Audit& audit, const GatewayStats& gateway_stats) {
+  AuditStats a = audit.stats();
+  nlohmann::json sandboxes = nlohmann::json::object();
+  for (const auto& [id, s] : audit.sandboxCounters())
+    sandboxes[id.empty() ? "(unknown source)" : id] = {
+        {"denials", s.denials}, {"aggregated", s.aggregated}, {"dropped", s.dropped}};
+  nlohmann::json reply = {{"ok", true},
+                          {"verdicts", audit.countersByVerdict()},
+                          {"denials", audit.countersByReason()},
+                          {"audit",
+                           {{"lines", a.lines},
+                            {"bytes", a.bytes},
+                            {"aggregated", a.aggregated},
+                            {"summaries", a.summaries},
+                            {"dropped", a.dropped},
+                            {"write_failures", a.write_failures},
+                            {"rotations", a.rotations},
+                            {"file_bytes", a.file_bytes},
+                            {"max_bytes", audit.options().max_bytes}}},
+                          {"sandboxes", sandboxes}};
+  if (gateway_stats) reply.update(gateway_stats());
+  return reply;
+}
+
+}  // namespace
+
+nlohmann::json handleControl(Registry& registry, Audit& audit, const nlohmann::json& req,
+                             const GatewayStats& gateway_stats) {
   if (!req.is_object() || !req.contains("op") || !req["op"].is_string())
     return errorReply(Error{ErrorKind::kInvalidArgument, 0, "request needs an 'op'"});
   std::string op = req["op"];
@@ -158,6 +189,7 @@ nlohmann::json handleControl(Registry& registry, Audit& audit, const nlohmann::j
     if (auto s = registry.remove(req["id"]); !s) return errorReply(s.error());
     rec.sandbox = req["id"];
     rec.reason = "removed";
+    audit.forgetSandbox(rec.sandbox);  // its last summary lines go out before the line saying it is gone
     audit.write(rec);
     return {{"ok", true}};
   }
@@ -174,8 +206,7 @@ nlohmann::json handleControl(Registry& registry, Audit& audit, const nlohmann::j
             {"sources", sources}, {"policy", policyToJson(sb->policy)},
             {"secrets", secrets}, {"ca_cert_pem", sb->ca->certPem()}};
   }
-  if (op == "stats")
-    return {{"ok", true}, {"verdicts", audit.countersByVerdict()}, {"denials", audit.countersByReason()}};
+  if (op == "stats") return statsReply(audit, gateway_stats);
   return errorReply(Error{ErrorKind::kInvalidArgument, 0, fmt::format("unknown op '{}'", op)});
 }
 
@@ -184,10 +215,11 @@ struct ControlServer::Impl {
   std::string path;
   Registry& registry;
   Audit& audit;
+  GatewayStats gateway_stats;
   stream_protocol::acceptor acceptor;
 
-  Impl(asio::io_context& i, std::string p, Registry& r, Audit& a)
-      : io(i), path(std::move(p)), registry(r), audit(a), acceptor(i) {}
+  Impl(asio::io_context& i, std::string p, Registry& r, Audit& a, GatewayStats g)
+      : io(i), path(std::move(p)), registry(r), audit(a), gateway_stats(std::move(g)), acceptor(i) {}
 
   asio::awaitable<void> serve(stream_protocol::socket s) {
     std::string buf;
@@ -208,7 +240,7 @@ struct ControlServer::Impl {
       if (req.is_discarded())
         reply = errorReply(Error{ErrorKind::kInvalidArgument, 0, "not JSON"});
       else
-        reply = handleControl(registry, audit, req);
+        reply = handleControl(registry, audit, req, gateway_stats);
       std::string out = reply.dump() + "\n";
       co_await asio::async_write(s, asio::buffer(out), asio::redirect_error(asio::use_awaitable, ec));
       if (ec) co_return;
@@ -236,8 +268,9 @@ ControlServer::~ControlServer() {
 }
 
 Result<std::unique_ptr<ControlServer>> ControlServer::listen(asio::io_context& io, const std::string& path,
-                                                             Registry& registry, Audit& audit) {
-  auto impl = std::make_unique<Impl>(io, path, registry, audit);
+                                                             Registry& registry, Audit& audit,
+                                                             GatewayStats gateway_stats) {
+  auto impl = std::make_unique<Impl>(io, path, registry, audit, std::move(gateway_stats));
   ::unlink(path.c_str());  // a stale socket from a previous run; the pid file lock is the caller's business
   boost::system::error_code ec;
   stream_protocol::endpoint ep(path);

@@ -3,6 +3,7 @@
 // the "sandboxes" of a config file. Secret values arrive here and stay in this process's memory.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <nlohmann/json_fwd.hpp>
 #include <string>
@@ -19,13 +20,18 @@ namespace space::egress {
 // be slipped in here).
 Result<std::shared_ptr<Sandbox>> parseSandbox(const nlohmann::json& j);
 
+// What the gateway adds to "stats" (connections held, limits in force); empty: nothing.
+using GatewayStats = std::function<nlohmann::json()>;
+
 // Executes one request line; returns the reply object (never throws). Exposed for tests.
-nlohmann::json handleControl(Registry& registry, Audit& audit, const nlohmann::json& request);
+nlohmann::json handleControl(Registry& registry, Audit& audit, const nlohmann::json& request,
+                             const GatewayStats& gateway_stats = {});
 
 class ControlServer {
  public:
   static Result<std::unique_ptr<ControlServer>> listen(boost::asio::io_context& io, const std::string& path,
-                                                       Registry& registry, Audit& audit);
+                                                       Registry& registry, Audit& audit,
+                                                       GatewayStats gateway_stats = {});
   ~ControlServer();
   struct Impl;
 

@@ -1,6 +1,7 @@
 // The sandbox resolver: answers A/AAAA only for names the sandbox's policy allows, from the pinned host-side
 // resolution, with only the addresses that policy would let it connect to. Everything else is NXDOMAIN and
-// nothing about it leaves the host (E16): a denied name is never forwarded upstream.
+// nothing about it leaves the host (E16): a denied name is never forwarded upstream. Queries over a
+// sandbox's rate are dropped unanswered (E19).
 #include "egress/asio.h"
 #include "egress/dns_message.h"
 #include "egress/names.h"
@@ -105,28 +106,43 @@ awaitable<void> answerQuery(Gateway::Impl& g, std::shared_ptr<const Sandbox> sb,
 
 awaitable<void> Gateway::Impl::dnsLoop() {
   std::vector<uint8_t> buf(4096);
+  // The socket is non-blocking: the loop drains what is queued after each wake-up (a flood costs a
+  // recvfrom per packet, not a coroutine resumption), and an answer that finds the send buffer full is
+  // dropped rather than blocking the gateway's only thread.
+  constexpr int kBatch = 256;
   while (!stopped) {
-    asio::ip::udp::endpoint from;
     boost::system::error_code ec;
-    size_t n = co_await dns->async_receive_from(asio::buffer(buf), from, asio::redirect_error(use_awaitable, ec));
+    co_await dns->async_wait(asio::ip::udp::socket::wait_read, asio::redirect_error(use_awaitable, ec));
     if (ec) {
       if (ec == asio::error::operation_aborted || stopped) co_return;
       continue;
     }
-    IpAddress src = fromEndpoint(tcp::endpoint(from.address(), from.port()));
-    auto sb = registry.bySource(src);
-    if (!sb) {
-      AuditRecord rec;
-      rec.kind = "dns";
-      rec.source = src.str();
-      rec.verdict = "deny";
-      rec.rule = "unknown-source";
-      rec.reason = "the source address belongs to no sandbox";
-      audit.write(rec);
-      continue;  // no answer: nothing to tell a stranger
+    for (int i = 0; i < kBatch && !stopped; ++i) {
+      asio::ip::udp::endpoint from;
+      size_t n = dns->receive_from(asio::buffer(buf), from, 0, ec);
+      if (ec) break;  // drained (would_block), or an error the next wait reports again
+      IpAddress src = fromEndpoint(tcp::endpoint(from.address(), from.port()));
+      auto sb = registry.bySource(src);
+      if (!sb) {
+        AuditRecord rec;
+        rec.kind = "dns";
+        rec.source = src.str();
+        rec.verdict = "deny";
+        rec.rule = "unknown-source";
+        rec.reason = "the source address belongs to no sandbox";
+        audit.write(rec);
+        continue;  // no answer: nothing to tell a stranger
+      }
+      // Over the sandbox's rate, a query is dropped before it is parsed (E19): no answer costs nothing, and
+      // a stub resolver retries after its timeout, when the bucket has refilled. The drops are counted and
+      // audited as one record per tick.
+      if (!dns_buckets.take(sb->id, Clock::now())) {
+        tallyRateDrop(0, sb, src);
+        continue;
+      }
+      std::vector<uint8_t> msg(buf.begin(), buf.begin() + n);
+      asio::co_spawn(io, answerQuery(*this, sb, from, msg), asio::detached);
     }
-    std::vector<uint8_t> msg(buf.begin(), buf.begin() + n);
-    asio::co_spawn(io, answerQuery(*this, sb, from, msg), asio::detached);
   }
 }
 

@@ -58,7 +58,7 @@ int main(int argc, char** argv) {
   }
   signal(SIGPIPE, SIG_IGN);
 
-  auto audit = Audit::open(cfg.audit_log);
+  auto audit = Audit::open(cfg.audit_log, cfg.audit);
   if (!audit) {
     fprintf(stderr, "space-egress: %s\n", audit.error().message.c_str());
     return 1;
@@ -82,9 +82,11 @@ int main(int argc, char** argv) {
   opts.transparent_listen = cfg.transparent_listen;
   opts.proxy_listen = cfg.proxy_listen;
   opts.dns_listen = cfg.dns_listen;
-  opts.max_connections = cfg.max_connections;
-  opts.max_connections_per_sandbox = cfg.max_connections_per_sandbox;
+  opts.connections = cfg.connections;
+  opts.connection_rate = cfg.connection_rate;
+  opts.dns_rate = cfg.dns_rate;
   opts.handshake_timeout = cfg.handshake_timeout;
+  opts.head_deadline = cfg.head_deadline;
   opts.idle_timeout = cfg.idle_timeout;
   opts.upstream_ca_file = cfg.upstream_ca_file;
   opts.test_external_subnets = cfg.test_external_subnets;
@@ -106,7 +108,8 @@ int main(int argc, char** argv) {
     fprintf(stderr, "space-egress: %s\n", gateway.error().message.c_str());
     return 1;
   }
-  auto control = ControlServer::listen(io, cfg.control_socket, registry, **audit);
+  Gateway* gw = gateway->get();
+  auto control = ControlServer::listen(io, cfg.control_socket, registry, **audit, [gw] { return gw->stats(); });
   if (!control) {
     fprintf(stderr, "space-egress: %s\n", control.error().message.c_str());
     return 1;
@@ -117,7 +120,9 @@ int main(int argc, char** argv) {
   signals.async_wait([&](const boost::system::error_code&, int) { io.stop(); });
   io.run();
   // Live sessions are not unwound one by one at exit: their sockets close with the process. Every audit
-  // line is already flushed.
+  // line is already written; the interval's "repeated" and "dropped" lines are written now.
+  (*gateway)->flushAudit();
+  (*audit)->tick(true);
   fflush(nullptr);
   _exit(0);
 }

@@ -57,40 +57,6 @@ Result<tcp::endpoint> parseListenAddress(const std::string& text) {
   return toEndpoint(ip, uint16_t(std::stoi(port)));
 }
 
-void Conn::finishAudit() {
-  if (audited || rec.verdict.empty()) return;
-  audited = true;
-  rec.duration_ms = std::chrono::duration<double, std::milli>(Clock::now() - start).count();
-  g.audit.write(rec);
-}
-
-Conn::~Conn() {
-  if (counted) {
-    --g.active;
-    if (sb && --g.active_per_sandbox[sb->id] == 0) g.active_per_sandbox.erase(sb->id);
-  }
-  finishAudit();
-}
-
-awaitable<void> watchdog(std::weak_ptr<Conn> weak) {
-  asio::steady_timer timer(co_await asio::this_coro::executor);
-  while (true) {
-    Clock::time_point deadline;
-    {
-      auto c = weak.lock();
-      if (!c || c->closed) co_return;
-      deadline = c->last + c->timeout;
-      if (Clock::now() >= deadline) {
-        c->closeAll();
-        co_return;
-      }
-    }
-    timer.expires_at(std::min(deadline, Clock::now() + std::chrono::seconds(1)));
-    boost::system::error_code ec;
-    co_await timer.async_wait(asio::redirect_error(use_awaitable, ec));
-  }
-}
-
 namespace {
 
 // Starts a NameCache lookup and completes the awaiting coroutine on its executor. Only pointers inside:
@@ -329,7 +295,7 @@ awaitable<void> intercept(std::shared_ptr<Conn> c, std::string name, uint16_t po
     c->rec.reason = fmt::format("sandbox TLS handshake: {}", ec.message());
     co_return;
   }
-  c->timeout = c->g.opts.idle_timeout;
+  c->timeout = c->g.opts.idle_timeout;  // relaying already: the handshakes ran under handshake_timeout
   std::string nothing_read;
   RelayMode mode{name, port, true, false, ""};
   co_await relayHttp(*c, down, up, nothing_read, mode);
@@ -379,7 +345,7 @@ awaitable<void> connectAndServe(std::shared_ptr<Conn> c, const Decision& d, IpAd
   c->upstream.set_option(tcp::no_delay(true), ec);
   allowRecord(*c, d, ip, port);
   if (!connect_reply.empty()) co_await writeAll(c->client, connect_reply, *c);
-  c->timeout = c->g.opts.idle_timeout;
+  c->startRelaying();
   if (tls && !name.empty() && c->sb->intercepts(name)) {
     c->rec.verdict = "intercept";
     c->timeout = c->g.opts.handshake_timeout;
@@ -547,7 +513,7 @@ awaitable<void> Gateway::Impl::proxySession(std::shared_ptr<Conn> c) {
                                 fmt::format("SNI '{}' is not the CONNECT host '{}'", p.sni, host)});
         co_return;
       }
-      c->timeout = opts.idle_timeout;
+      c->startRelaying();
       if (!name.empty() && c->sb->intercepts(name)) {
         c->rec.verdict = "intercept";
         c->timeout = opts.handshake_timeout;
@@ -557,7 +523,7 @@ awaitable<void> Gateway::Impl::proxySession(std::shared_ptr<Conn> c) {
       co_await splice(c);
       co_return;
     }
-    c->timeout = opts.idle_timeout;
+    c->startRelaying();
     std::string nothing_read;
     RelayMode mode{name, a->port, false, false, name.empty() ? host : ""};
     co_await relayHttp(*c, c->client, c->upstream, nothing_read, mode);
@@ -590,60 +556,6 @@ awaitable<void> Gateway::Impl::proxySession(std::shared_ptr<Conn> c) {
   co_await connectAndServe(c, d, chosen, t->authority.port, false, name, true, buf, mode, no_reply);
 }
 
-awaitable<void> Gateway::Impl::acceptLoop(tcp::acceptor& acceptor, bool transparent_mode) {
-  while (!stopped) {
-    boost::system::error_code ec;
-    tcp::socket s = co_await acceptor.async_accept(asio::redirect_error(use_awaitable, ec));
-    if (ec) {
-      if (ec == asio::error::operation_aborted || stopped) co_return;
-      continue;  // EMFILE and friends: keep serving
-    }
-    // Requests and answers are small writes that must leave at once: without this, Nagle holds a body
-    // written after its head until the head is acknowledged, and a delayed ACK makes that up to 40 ms.
-    s.set_option(tcp::no_delay(true), ec);
-    auto c = std::make_shared<Conn>(*this, std::move(s));
-    c->rec.kind = "connect";
-    boost::system::error_code pe;
-    auto peer = c->client.remote_endpoint(pe);
-    if (pe) continue;
-    IpAddress src = fromEndpoint(peer);
-    c->rec.source = src.str();
-    c->sb = registry.bySource(src);
-    if (!c->sb) {
-      denyRecord(*c, Decision{Verdict::kDeny, "unknown-source", "the source address belongs to no sandbox"});
-      continue;
-    }
-    c->rec.sandbox = c->sb->id;
-    if (active >= opts.max_connections || active_per_sandbox[c->sb->id] >= opts.max_connections_per_sandbox) {
-      denyRecord(*c, Decision{Verdict::kDeny, "connection-limit", "too many connections"});
-      continue;
-    }
-    ++active;
-    ++active_per_sandbox[c->sb->id];
-    c->counted = true;
-    std::weak_ptr<Conn> weak = c;
-    asio::co_spawn(io, watchdog(weak), asio::detached);
-    asio::co_spawn(
-        io,
-        [this, c, transparent_mode]() -> awaitable<void> {
-          try {
-            if (transparent_mode)
-              co_await transparentSession(c);
-            else
-              co_await proxySession(c);
-          } catch (const std::exception& e) {
-            if (c->rec.verdict.empty()) {
-              c->rec.verdict = "error";
-              c->rec.reason = e.what();
-            }
-          }
-          c->finishAudit();
-          c->closeAll();
-        },
-        asio::detached);
-  }
-}
-
 Gateway::Gateway(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 Gateway::~Gateway() { stop(); }
 
@@ -653,6 +565,7 @@ void Gateway::stop() {
   if (impl_->transparent) impl_->transparent->close(ec);
   if (impl_->proxy) impl_->proxy->close(ec);
   if (impl_->dns) impl_->dns->close(ec);
+  if (impl_->ticker) impl_->ticker->cancel();
 }
 
 uint16_t Gateway::transparentPort() const {
@@ -661,6 +574,26 @@ uint16_t Gateway::transparentPort() const {
 uint16_t Gateway::proxyPort() const { return impl_->proxy ? impl_->proxy->local_endpoint().port() : 0; }
 uint16_t Gateway::dnsPort() const { return impl_->dns ? impl_->dns->local_endpoint().port() : 0; }
 size_t Gateway::activeConnections() const { return impl_->active; }
+
+void Gateway::flushAudit() { impl_->flushRateDrops(); }
+
+nlohmann::json Gateway::stats() const {
+  const GatewayOptions& o = impl_->opts;
+  return {{"connections",
+           {{"active", impl_->active},
+            {"by_sandbox", impl_->active_per_sandbox},
+            {"max_connections", o.connections.max_total},
+            {"max_connections_per_sandbox", o.connections.max_per_sandbox},
+            {"reserved_connections", o.connections.reserve},
+            {"reserved_connections_per_sandbox", o.connections.reserve_per_sandbox}}},
+          {"limits",
+           {{"connections_per_second", o.connection_rate.per_second},
+            {"connection_burst", o.connection_rate.burst},
+            {"dns_queries_per_second", o.dns_rate.per_second},
+            {"dns_query_burst", o.dns_rate.burst},
+            {"head_deadline_ms", o.head_deadline.count()},
+            {"handshake_timeout_ms", o.handshake_timeout.count()}}}};
+}
 
 Result<std::unique_ptr<Gateway>> Gateway::create(asio::io_context& io, Registry& registry, NameCache& cache,
                                                  Audit& audit, GatewayOptions options) {
@@ -690,6 +623,7 @@ Result<std::unique_ptr<Gateway>> Gateway::create(asio::io_context& io, Registry&
     impl->dns = std::make_unique<asio::ip::udp::socket>(io);
     impl->dns->open(uep.protocol(), ec);
     if (!ec) impl->dns->bind(uep, ec);
+    if (!ec) impl->dns->non_blocking(true, ec);
     if (ec) return makeError(ErrorKind::kUnavailable, "listen on udp {}: {}", impl->opts.dns_listen, ec.message());
   }
   // The gateway's own ports are lateral targets for every sandbox (E12).
@@ -702,6 +636,8 @@ Result<std::unique_ptr<Gateway>> Gateway::create(asio::io_context& io, Registry&
   if (p->transparent) asio::co_spawn(io, p->acceptLoop(*p->transparent, true), asio::detached);
   if (p->proxy) asio::co_spawn(io, p->acceptLoop(*p->proxy, false), asio::detached);
   if (p->dns) asio::co_spawn(io, p->dnsLoop(), asio::detached);
+  p->ticker = std::make_unique<asio::steady_timer>(io);
+  asio::co_spawn(io, p->tickLoop(), asio::detached);
   return std::unique_ptr<Gateway>(new Gateway(std::move(impl)));
 }
 

@@ -13,6 +13,7 @@
 #include "egress/address.h"
 #include "egress/asio.h"
 #include "egress/audit.h"
+#include "egress/limits.h"
 #include "egress/registry.h"
 #include "egress/resolver.h"
 
@@ -22,9 +23,13 @@ struct GatewayOptions {
   std::string transparent_listen;  // "ADDR:PORT"; empty: off. Port 0 picks one.
   std::string proxy_listen;        // explicit proxy (HTTP_PROXY / HTTPS_PROXY)
   std::string dns_listen;          // UDP
-  size_t max_connections = 4096;
-  size_t max_connections_per_sandbox = 256;
-  std::chrono::milliseconds handshake_timeout{10000};  // until the gateway has decided
+  ConnectionCaps connections;
+  Rate connection_rate{100, 200};                      // new connections per second, per sandbox (E19)
+  Rate dns_rate{100, 200};                             // DNS queries per second, per sandbox (E19)
+  std::chrono::milliseconds handshake_timeout{10000};  // no byte from the sandbox, until the gateway relays
+  // Absolute (E20): from accept until the gateway relays, and from the first byte of each later request
+  // head on a relayed HTTP connection until the head is complete. Bytes arriving do not extend it.
+  std::chrono::milliseconds head_deadline{10000};
   std::chrono::milliseconds idle_timeout{300000};      // no byte in either direction
   std::string upstream_ca_file;                        // empty: the system bundle
   HostFacts facts;                                     // sandbox subnets are added from the registry
@@ -44,6 +49,10 @@ class Gateway {
   uint16_t proxyPort() const;
   uint16_t dnsPort() const;
   size_t activeConnections() const;
+  // Connections and limits now, for the control socket's "stats".
+  nlohmann::json stats() const;
+  // Hands the refusals counted since the last tick to the audit (at exit; a timer does it while running).
+  void flushAudit();
   void stop();
 
   struct Impl;

@@ -44,12 +44,18 @@ awaitable<void> writeAll(S& s, std::string_view data, Conn& c) {
 }
 
 // Reads a head into buf (which may already hold bytes). Returns its length, 0 on a clean EOF before any byte.
+// sandbox_request: a request head on a relayed connection, which must be complete within head_deadline of
+// its first byte (E20); the wait for that first byte is idle time.
 template <class S>
-awaitable<Result<size_t>> readHead(S& s, std::string& buf, Conn& c) {
+awaitable<Result<size_t>> readHead(S& s, std::string& buf, Conn& c, bool sandbox_request = false) {
   while (true) {
+    if (sandbox_request && !buf.empty()) c.armHeadDeadline();
     auto end = http::findHeadEnd(buf);
     if (!end) co_return tl::unexpected(end.error());
-    if (*end != std::string_view::npos) co_return *end;
+    if (*end != std::string_view::npos) {
+      if (sandbox_request) c.disarmHeadDeadline();
+      co_return *end;
+    }
     boost::system::error_code ec;
     char tmp[16384];
     size_t n = co_await s.async_read_some(asio::buffer(tmp), asio::redirect_error(use_awaitable, ec));
@@ -135,7 +141,7 @@ awaitable<void> relayHttp(Conn& c, C& client, U& upstream, std::string cbuf, Rel
   std::string ubuf;
   while (true) {
     auto t0 = Clock::now();
-    auto head_len = co_await readHead(client, cbuf, c);
+    auto head_len = co_await readHead(client, cbuf, c, true);
     if (head_len && *head_len == 0) co_return;
     // Arguments are views: GCC 12 destroys class-type temporaries in a co_await expression twice, so no
     // call below passes a std::string temporary to a coroutine.
@@ -145,6 +151,10 @@ awaitable<void> relayHttp(Conn& c, C& client, U& upstream, std::string cbuf, Rel
       const std::string msg = refusal(status, reason);
       co_await writeAll(client, msg, c);
     };
+    if (!head_len && !c.expired_rule.empty()) {  // the watchdog cut a trickled head (E20)
+      auditRequest(c, "deny", c.expired_rule, c.expired_reason, nullptr, {}, 0, 0, t0);
+      co_return;
+    }
     if (!head_len) {
       co_await fail(400, "http-strict", head_len.error().message, nullptr);
       co_return;

@@ -5,6 +5,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <unordered_map>
 
 #include "egress/asio.h"
 #include "egress/policy.h"
@@ -29,12 +30,30 @@ struct Gateway::Impl {
   std::shared_ptr<SSL_CTX> upstream_ctx;
   std::unique_ptr<tcp::acceptor> transparent, proxy;
   std::unique_ptr<asio::ip::udp::socket> dns;
+  std::unique_ptr<asio::steady_timer> ticker;  // ends audit intervals, forgets refilled buckets
   size_t active = 0;
   std::map<std::string, size_t> active_per_sandbox;
+  BucketsBySandbox connection_buckets;
+  BucketsBySandbox dns_buckets;
+  // Refusals for a rate, counted as they happen and handed to the audit as one record per sandbox at each
+  // tick: under a flood the drop path is a lookup and an increment (E19). Keyed by the sandbox snapshot,
+  // which the entry keeps alive; [0] DNS, [1] transparent connections, [2] proxy connections.
+  struct Tally {
+    std::shared_ptr<const Sandbox> sb;
+    AuditRecord rec;
+    uint64_t count = 0;
+  };
+  std::unordered_map<const Sandbox*, Tally> rate_drops[3];
   bool stopped = false;
 
   Impl(asio::io_context& i, Registry& r, NameCache& c, Audit& a, GatewayOptions o)
-      : io(i), registry(r), cache(c), audit(a), opts(std::move(o)) {}
+      : io(i),
+        registry(r),
+        cache(c),
+        audit(a),
+        opts(std::move(o)),
+        connection_buckets(opts.connection_rate),
+        dns_buckets(opts.dns_rate) {}
 
   // Facts for one decision: the static ones plus every sandbox subnet registered now.
   HostFacts currentFacts() const {
@@ -48,6 +67,13 @@ struct Gateway::Impl {
   awaitable<void> transparentSession(std::shared_ptr<Conn> c);
   awaitable<void> proxySession(std::shared_ptr<Conn> c);
   awaitable<void> dnsLoop();
+  awaitable<void> tickLoop();
+  // Counts one refusal for a rate (which: 0 DNS, 1 transparent, 2 proxy); flushRateDrops() audits them.
+  void tallyRateDrop(int which, const std::shared_ptr<const Sandbox>& sb, const IpAddress& src);
+  void flushRateDrops();
+  // A connection refused before it got a session: one audit record (aggregated like every refusal).
+  void refuseAtAccept(const std::shared_ptr<const Sandbox>& sb, const IpAddress& src, bool transparent_mode,
+                      std::string rule, std::string reason);
 };
 
 // One sandbox connection. Its destructor writes the connection's audit line, so that every path out of a
@@ -60,7 +86,15 @@ struct Conn : std::enable_shared_from_this<Conn> {
   AuditRecord rec;
   Clock::time_point start = Clock::now();
   Clock::time_point last = Clock::now();
-  std::chrono::milliseconds timeout;
+  std::chrono::milliseconds timeout;  // inactivity: handshake_timeout, then idle_timeout once relaying
+  // Absolute (E20): bytes arriving do not move it. From accept until relaying starts, then per request
+  // head on a relayed HTTP connection (armHeadDeadline). max(): none.
+  Clock::time_point deadline = Clock::time_point::max();
+  std::string deadline_reason;
+  bool relaying = false;
+  // Why the watchdog cut the connection, when that is the reason it ended (it overrides what the session
+  // saw once its sockets were closed under it).
+  std::string expired_rule, expired_reason;
   bool closed = false;
   bool counted = false;
   bool audited = false;
@@ -70,6 +104,22 @@ struct Conn : std::enable_shared_from_this<Conn> {
   ~Conn();
 
   void touch() { last = Clock::now(); }
+  // The decision is made and bytes flow: only inactivity ends the connection from now on.
+  void startRelaying() {
+    relaying = true;
+    timeout = g.opts.idle_timeout;
+    deadline = Clock::time_point::max();
+  }
+  // The first byte of a request head on a relayed connection: the head must be complete by the deadline.
+  void armHeadDeadline() {
+    if (deadline != Clock::time_point::max()) return;
+    deadline = Clock::now() + g.opts.head_deadline;
+    deadline_reason =
+        fmt::format("a request head was not complete within {} ms of its first byte", g.opts.head_deadline.count());
+  }
+  void disarmHeadDeadline() { deadline = Clock::time_point::max(); }
+  // Called by the watchdog when it closes the connection at `now`.
+  void expire(Clock::time_point now);
   // Writes the connection's audit line once. Called before the sockets close, so that whoever sees the
   // connection end can already read why.
   void finishAudit();

@@ -23,6 +23,8 @@ from spacefixtures import PYTHON_ROOTFS
 API_PORT = spacelib.free_port()
 # spaced's API on TCP, on the host's address towards the upstream namespace: a lateral target (E12).
 EGRESS_DAEMON_CONFIG = {"listen": f"{HOST_END}:{API_PORT}"}
+# The gateway's aggregation interval (1 s) and the quarter it may be late: its "repeated" lines are out.
+AUDIT_INTERVAL_S = 1.3
 
 
 
@@ -109,7 +111,11 @@ def reached(up, since: int, prefix: str) -> list[dict]:
 
 
 def denials(d, sid, rule_prefix="") -> list[dict]:
-    return [x for x in audit(d, sid) if x.get("verdict") == "deny" and x.get("rule", "").startswith(rule_prefix)]
+    """The sandbox's denials, one entry per decision. The gateway writes identical decisions of one interval
+    once and ends the interval with a line counting the others ("repeated": N): such a line stands for N."""
+    time.sleep(AUDIT_INTERVAL_S)
+    return [x for x in audit(d, sid) if x.get("verdict") == "deny" and x.get("rule", "").startswith(rule_prefix)
+            for _ in range(x.get("repeated", 1))]
 
 
 def allowed_lines(d, sid) -> list[dict]:
