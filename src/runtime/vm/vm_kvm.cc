@@ -171,8 +171,10 @@ KvmVerdict VmRuntime::probeBoot() {
     if (left <= Duration(0)) return timeout;
     auto agent = agent::AgentClient::adopt(fd.release(), left);
     if (agent) return "";
+    // A QEMU that aborts closes the agent socket on its way out: give it a moment to be gone, so that
+    // the reason is its own message rather than the reset connection.
     pollfd p{proc->pidfd.get(), POLLIN, 0};
-    if (proc->pidfd && poll(&p, 1, 0) == 1) return "QEMU exited under -accel kvm: " + qemuSays();
+    if (proc->pidfd && poll(&p, 1, 1000) == 1) return "QEMU exited under -accel kvm: " + qemuSays();
     if (Clock::now() >= deadline - std::chrono::milliseconds(50)) return timeout;
     return "the guest's agent did not complete its handshake under KVM: " + agent.error().message;
   }();
