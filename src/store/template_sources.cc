@@ -169,14 +169,14 @@ Status addSandboxDirectories(const std::string& rootfs) {
   return ok();
 }
 
-Status writeTemplateHostname(const std::string& rootfs, const std::string& name) {
+Status writeTemplateHostname(const std::string& rootfs) {
   UniqueFd etc(::open((rootfs + "/etc").c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
   if (!etc) return errno == ENOENT || errno == ENOTDIR || errno == ELOOP ? ok() : sysError(errno, "open {}/etc", rootfs);
   // Unlinked first: a symlink named hostname in a user's tree is replaced, never followed.
   if (::unlinkat(etc.get(), "hostname", 0) != 0 && errno != ENOENT) return sysError(errno, "replace {}/etc/hostname", rootfs);
   UniqueFd f(::openat(etc.get(), "hostname", O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644));
   if (!f) return sysError(errno, "create {}/etc/hostname", rootfs);
-  std::string text = name + "\n";
+  std::string text = std::string(kTemplateHostname) + "\n";
   if (::write(f.get(), text.data(), text.size()) != static_cast<ssize_t>(text.size()))
     return sysError(errno, "write {}/etc/hostname", rootfs);
   return ok();

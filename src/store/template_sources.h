@@ -24,8 +24,10 @@ Status populateFromTar(const std::string& tarball, const std::string& rootfs, co
 // these paths, and a symlink there could point a mount outside the sandbox's root.
 Status addSandboxDirectories(const std::string& rootfs);
 
-// Writes the template's own /etc/hostname (its name): a debootstrap tree carries the build host's
-// (SECURITY.md J27). A tree whose /etc is not a directory is left as it is.
-Status writeTemplateHostname(const std::string& rootfs, const std::string& name);
+// Writes the template's own /etc/hostname ("sandbox"; every sandbox's kernel hostname is its id): a
+// debootstrap tree carries the build host's (SECURITY.md J27). The same for every template, so that
+// identical trees stay one copy. A tree whose /etc is not a directory is left as it is.
+inline constexpr const char* kTemplateHostname = "sandbox";
+Status writeTemplateHostname(const std::string& rootfs);
 
 }  // namespace space::store

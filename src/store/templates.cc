@@ -120,7 +120,7 @@ Result<TemplateRecord> TemplateBuilder::build(const TemplateBuildSpec& spec, con
     if (progress) progress(fmt::format("building template {} from {}", spec.name, spec.kind));
     TRY(populate(spec, tmp_rootfs, progress));
     TRY(addSandboxDirectories(tmp_rootfs));
-    TRY(writeTemplateHostname(tmp_rootfs, spec.name));
+    TRY(writeTemplateHostname(tmp_rootfs));
     if (progress) progress("hashing tree");
     ASSIGN_OR_RETURN(TreeDigest digest, hashTree(tmp_rootfs));
     TRY(syncFilesystemOf(tmp));
