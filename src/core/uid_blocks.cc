@@ -62,6 +62,27 @@ struct Registry {
   }
 };
 
+// Whether any process on the host runs as a uid of block k (a sandbox of it is alive).
+bool uidsInUse(uint32_t k) {
+  uint64_t first = kUidBase + uint64_t{k} * kSlotsPerBlock * kUidRange;
+  uint64_t end = first + uint64_t{kSlotsPerBlock} * kUidRange;
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator("/proc", ec)) {
+    std::string pid = entry.path().filename().string();
+    if (pid.find_first_not_of("0123456789") != std::string::npos) continue;
+    std::ifstream in(entry.path() / "status");
+    std::string line;
+    while (std::getline(in, line)) {
+      if (line.rfind("Uid:", 0) != 0) continue;
+      std::istringstream fields(line.substr(4));
+      uint64_t uid = 0;
+      if (fields >> uid && uid >= first && uid < end) return true;
+      break;
+    }
+  }
+  return false;
+}
+
 }  // namespace
 
 Result<UidBlock> UidBlock::claim(const std::string& registry_dir, const std::string& state_dir,
@@ -109,6 +130,14 @@ Result<UidBlock> UidBlock::claim(const std::string& registry_dir, const std::str
     }
     for (uint32_t k = 0; k < kUidBlocks && !chosen; ++k)
       if (free(k)) chosen = k;
+    // Every block claimed: take back one that no spaced holds and no process runs in (a node stopped
+    // with nothing running, or a directory left behind). Its old directory, started again, is told.
+    for (uint32_t k = 0; k < kUidBlocks && !chosen; ++k) {
+      if (reg.live(k) || uidsInUse(k)) continue;
+      spdlog::warn("uid block {}: taken back from {} (no spaced holds it, no process runs in its range)", k,
+                   reg.owner(k));
+      chosen = k;
+    }
     if (!chosen)
       return makeError(ErrorKind::kResourceExhausted, "all {} sandbox uid blocks of this host are claimed (see {})",
                        kUidBlocks, registry_dir);

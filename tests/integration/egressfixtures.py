@@ -117,6 +117,7 @@ def egress_daemon(request, upstream):
     gateways = run("pgrep", "-x", "space-egress", check=False).stdout.split()
     if not gateways:
         run("nft", "delete", "table", "inet", "space", check=False)
+    d.force_cleanup()  # the state dir (and its claim on a uid block) goes with the daemon
     assert not leftover_links, f"sandbox links left behind: {leftover_links}"
     assert not problems, "\n".join(problems)
 
