@@ -679,3 +679,14 @@ def test_j27_host_disk_activity_locks_and_boot_id_are_not_shown(client, make_san
     assert ".boot_id" not in client.sh(a, "ls -a /dev").out
     # The template's hostname file is its own, not the build host's.
     assert client.sh(a, "cat /etc/hostname").out.strip() == "sandbox" != socket.gethostname()
+
+
+def test_j27_mountinfo_names_no_host_path_of_spaces_state(daemon, client, make_sandbox):
+    sid = make_sandbox()["id"]
+    info = client.sh(sid, "cat /proc/self/mountinfo")
+    assert info.exit_code == 0 and " / / " in info.out, info
+    # The root overlay's options name its layers through descriptors, not by where the state lives on the host.
+    state = str(daemon.state)
+    assert state not in info.out and "/sandboxes/" not in info.out, info.out
+    root = next(l for l in info.out.splitlines() if l.split()[4] == "/")
+    assert "lowerdir=/proc/self/fd/" in root and "upperdir=/proc/self/fd/" in root, root

@@ -106,12 +106,19 @@ Status buildRootfs(pid_t userns_pid, const std::string& template_rootfs, const s
                         userns.get())
           .map_error([&](Error e) { return e.context("idmap template " + template_rootfs); }));
   TRY(sys::moveMountTo(tree.get(), dir + "/lower"));
-  std::string options = fmt::format("lowerdir={0}/lower,upperdir={0}/disk/upper,workdir={0}/disk/work", dir);
+  // The layers are named through descriptors: overlayfs shows its options in every mountinfo inside, and
+  // /proc/self/fd/N says nothing of where SPACE keeps its state on the host (J27).
+  UniqueFd lower(open((dir + "/lower").c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC));
+  UniqueFd upper(open((dir + "/disk/upper").c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC));
+  UniqueFd work(open((dir + "/disk/work").c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC));
+  if (!lower || !upper || !work) return sysError(errno, "open the layers of {}", dir);
+  std::string options = fmt::format("lowerdir=/proc/self/fd/{},upperdir=/proc/self/fd/{},workdir=/proc/self/fd/{}",
+                                    lower.get(), upper.get(), work.get());
   std::string target = dir + "/rootfs";
   // noatime: a read inside must not write the layer (rolling history after exec compares its write
   // counter; JailRuntime::writeGeneration).
   if (mount("overlay", target.c_str(), "overlay", MS_NOSUID | MS_NODEV | MS_NOATIME, options.c_str()) < 0)
-    return sysError(errno, "mount overlay at {} ({})", target, options);
+    return sysError(errno, "mount overlay at {} (layers of {})", target, dir);
   return ok();
 }
 
