@@ -204,7 +204,9 @@ void Server::acceptDeviceSession() {
   if (conn_) return;
   pollfd pfd{device_.get(), POLLIN, 0};
   if (::poll(&pfd, 1, 0) < 0) return;
-  if ((pfd.revents & POLLHUP) && !(pfd.revents & POLLIN)) return;  // still no host behind the port
+  // No host behind the port. The driver reports POLLIN with POLLHUP then (a read would not block: it
+  // returns 0), so POLLHUP alone decides; starting a session would end at once and re-arm into a spin.
+  if (pfd.revents & POLLHUP) return;
   unwatch(device_.get(), &device_watch_);
   // A dup, so that closing the session (conn_) keeps the device open for the next host.
   UniqueFd fd(fcntl(device_.get(), F_DUPFD_CLOEXEC, 3));
