@@ -56,9 +56,11 @@ struct Registry {
   }
   // Held by a running daemon (the lock is taken), whatever the owner file says.
   bool live(uint32_t k) const {
-    UniqueFd fd(open(fmt::format("{}/{}.lock", dir, k).c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600));
+    // Looking creates nothing (no lock file: nobody ever held it), and a shared probe of a free lock does
+    // not make a daemon claiming it at that moment take the block for held.
+    UniqueFd fd(open(fmt::format("{}/{}.lock", dir, k).c_str(), O_RDONLY | O_CLOEXEC));
     if (!fd) return false;
-    return flock(fd.get(), LOCK_EX | LOCK_NB) < 0 && errno == EWOULDBLOCK;
+    return flock(fd.get(), LOCK_SH | LOCK_NB) < 0 && errno == EWOULDBLOCK;
   }
 };
 

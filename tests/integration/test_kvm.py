@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 import spacelib
-from spacefixtures import _skip_if_no_binaries, busybox_rootfs_dir  # noqa: F401
+from spacefixtures import _skip_if_no_binaries
 
 GUEST = Path(os.environ.get("SPACE_VM_DIR", "/var/cache/space/vm"))
 

@@ -120,14 +120,7 @@ Result<QemuProcess> launchConfinedQemu(const QemuSpec& spec, const VmmJail& jail
 
   std::vector<std::string> argv = buildQemuArgv(spec);
   argv.insert(argv.end(), {"-sandbox", kQemuSandboxArg});
-  ASSIGN_OR_RETURN(std::string qemu_path, [&]() -> Result<std::string> {
-    if (argv[0].find('/') != std::string::npos) return argv[0];
-    for (const char* dir : {"/usr/bin/", "/usr/local/bin/", "/bin/"}) {
-      std::string p = std::string(dir) + argv[0];
-      if (access(p.c_str(), X_OK) == 0) return p;
-    }
-    return makeError(ErrorKind::kNotFound, "{} not found", argv[0]);
-  }());
+  ASSIGN_OR_RETURN(std::string qemu_path, findQemuBinary(argv[0]));
   std::vector<char*> cargv;
   for (auto& s : argv) cargv.push_back(s.data());
   cargv.push_back(nullptr);

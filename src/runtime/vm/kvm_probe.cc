@@ -22,6 +22,7 @@
 
 #include "common/hex.h"
 #include "common/unique_fd.h"
+#include "runtime/vm/launch.h"
 
 namespace space::vm {
 
@@ -109,15 +110,7 @@ std::string firstLine(const std::string& path) {
 
 // A file's identity for the key: its real path, size and modification time.
 std::string fileIdentity(const std::string& path) {
-  std::string real = path;
-  if (path.find('/') == std::string::npos) {
-    for (const char* dir : {"/usr/bin/", "/usr/local/bin/", "/bin/"}) {
-      if (access((std::string(dir) + path).c_str(), X_OK) == 0) {
-        real = std::string(dir) + path;
-        break;
-      }
-    }
-  }
+  std::string real = findQemuBinary(path).value_or(path);
   char buf[PATH_MAX];
   if (::realpath(real.c_str(), buf)) real = buf;
   struct stat st;

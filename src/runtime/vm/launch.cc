@@ -31,6 +31,15 @@ std::string guestCmdline(const QemuSpec& spec) {
   return cmdline;
 }
 
+Result<std::string> findQemuBinary(const std::string& name) {
+  if (name.find('/') != std::string::npos) return name;
+  for (const char* dir : {"/usr/bin/", "/usr/local/bin/", "/bin/"}) {
+    std::string p = std::string(dir) + name;
+    if (access(p.c_str(), X_OK) == 0) return p;
+  }
+  return makeError(ErrorKind::kNotFound, "{} not found in /usr/bin, /usr/local/bin or /bin", name);
+}
+
 std::vector<std::string> buildQemuArgv(const QemuSpec& spec) {
   VmPaths paths = VmPaths::in(spec.dir);
   std::vector<std::string> a = {spec.qemu, "-nodefaults", "-no-user-config", "-nographic", "-no-reboot"};

@@ -75,6 +75,10 @@ inline constexpr const char* kNetdevId = "net0";
 std::string guestCmdline(const QemuSpec& spec);
 std::vector<std::string> buildQemuArgv(const QemuSpec& spec);
 
+// Where a VMM binary named bare (as in QemuSpec::qemu) is found: /usr/bin, /usr/local/bin, /bin, in that order.
+// A name with a slash is taken as it is.
+Result<std::string> findQemuBinary(const std::string& name);
+
 // The VMM process. Started in its own session so that it outlives spaced (reattach after a restart);
 // the pidfd makes signalling and waiting immune to pid reuse.
 struct QemuProcess {
