@@ -87,7 +87,7 @@ int main(int argc, char** argv) {
   app.add_option("--vm-kvm-probe-cache", flags.vm_kvm_probe_cache_dir, "host-wide cache of KVM probe verdicts");
   app.add_option("--vm-kvm-probe-timeout-ms", flags.vm_kvm_probe_timeout_ms,
                  "how long the KVM probe VM has to reach its agent")->check(CLI::Range(1, 600000));
-  app.add_option("--vm-default-memory-mib", flags.vm_default_memory_mib, "guest RAM of a VM when create gives none")
+  app.add_option("--vm-default-memory-mib", flags.vm_default_memory_mib, "guest RAM of a VM when create gives none (default: as --default-memory-mib)")
       ->check(CLI::Range(64, 1 << 30));
   app.add_option("--vm-pool-size", flags.vm_pool_size, "VMMs waiting to restore per pooled template")->check(CLI::Range(0, 1000));
   app.add_option("--log-level", flags.log_level, "trace, debug, info, warn, error")

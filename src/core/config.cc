@@ -123,7 +123,9 @@ Result<DaemonConfig> DaemonConfig::fromJson(const json& j, DaemonConfig base) {
     } else if (key == "vm_kvm_probe_timeout_ms") {
       TRY(readInt(v, key, c.vm_kvm_probe_timeout_ms, 1, 600000));
     } else if (key == "vm_default_memory_mib") {
-      TRY(readInt(v, key, c.vm_default_memory_mib, 64, int64_t{1} << 30));
+      TRY(readInt(v, key, c.vm_default_memory_mib, 0, int64_t{1} << 30));
+      if (c.vm_default_memory_mib != 0 && c.vm_default_memory_mib < 64)
+        return makeError(ErrorKind::kInvalidArgument, "config: 'vm_default_memory_mib' must be 0 (the default limits) or at least 64");
     } else if (key == "vm_pool_size") {
       TRY(readInt(v, key, c.vm_pool_size, 0, 1000));
     } else if (key == "egress") {

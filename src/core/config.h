@@ -48,7 +48,7 @@ struct DaemonConfig {
   std::string vm_kvm_node = "/dev/kvm";    // the KVM device spaced checks (config file only: tests move it)
   int64_t vm_kvm_probe_timeout_ms = 20000;  // how long the probe VM has to reach its agent under KVM
   int vm_pool_size = 2;                    // pooled VMs per pooled template (restored and stopped)
-  uint64_t vm_default_memory_mib = 256;    // guest RAM of a VM when create gives no memory
+  uint64_t vm_default_memory_mib = 0;      // guest RAM of a VM when create gives none (0: default_limits)
   // The egress gateway (docs/egress.md). "auto": on when space-egress is found and nftables works, with a
   // log line saying which; "on": required (start-up fails without it); "off": jail sandboxes keep a
   // netns with only lo.

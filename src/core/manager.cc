@@ -94,7 +94,8 @@ nlohmann::json Manager::egressInfo() const {
 
 runtime::Limits Manager::defaultLimits(const std::string& isolation) const {
   runtime::Limits limits = config_.default_limits;
-  if (isolation == "vm") limits.memory_bytes = config_.vm_default_memory_mib * kMiB;
+  // One set of defaults for both tiers; an operator may give VMs a default guest RAM of their own.
+  if (isolation == "vm" && config_.vm_default_memory_mib != 0) limits.memory_bytes = config_.vm_default_memory_mib * kMiB;
   return limits;
 }
 

@@ -63,6 +63,13 @@ def test_sandbox_reports_its_tier_and_capabilities(client, make_vm):
     assert node["isolation"]["auto"] == ("vm" if node["isolation"]["vm"]["accel"] == "kvm" else "jail"), node
 
 
+def test_one_create_gets_the_same_default_limits_on_both_tiers(client, make_sandbox, make_vm):
+    vm_limits = client.get(make_vm())["limits"]
+    jail_limits = client.get(make_sandbox()["id"])["limits"]
+    assert vm_limits == jail_limits, (vm_limits, jail_limits)
+    assert vm_limits["memory_mib"] == 512, vm_limits
+
+
 def test_v1_guest_sees_only_virtio_devices_and_its_own_processes(client, daemon, make_vm):
     sid = make_vm()
     # virtio device ids: 1 = network, 2 = block, 3 = console. Nothing else (no 9p share, no balloon).
@@ -99,7 +106,7 @@ def test_v2_the_vmm_is_confined(client, make_vm):
     # A cgroup of its own with memory and pids limits.
     mem = spacelib.cgroup_file(sid, "memory", "memory.limit_in_bytes") or spacelib.cgroup_file(sid, "memory", "memory.max")
     pids = spacelib.cgroup_file(sid, "pids", "pids.max")
-    assert mem and int(mem) <= (256 + 512) << 20, mem
+    assert mem and int(mem) <= (512 + 384) << 20, mem  # guest RAM (the default 512 MiB) + the VMM's own
     assert pids and int(pids) <= 256, pids
     assert sid in spacelib.pid_cgroup_ids(pid)
 
