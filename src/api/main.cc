@@ -55,7 +55,11 @@ int main(int argc, char** argv) {
   std::string config_file;
   double default_cpus = 1.0;
   uint64_t default_memory_mib = 512, default_disk_mib = 1024;
+  bool cleanup = false;
   app.add_option("--config", config_file, "JSON file setting any flag (flags given here win)");
+  app.add_flag("--cleanup", cleanup,
+               "delete every sandbox of the state directory, give back the node's volume, cgroups and egress "
+               "gateway, and exit (nothing is served)");
   app.add_option("--socket", flags.socket_path, "unix socket of the API (trusted by its 0660 permissions)");
   app.add_option("--listen", flags.listen, "also serve TCP on HOST:PORT (every request needs an API key)");
   app.add_option("--state-dir", flags.state_dir, "database, templates and sandbox state");
@@ -152,6 +156,16 @@ int main(int argc, char** argv) {
     api::logJson(spdlog::level::critical, "cannot start the sandbox manager", {{"error", manager.error().message}});
     return 1;
   }
+  if (cleanup) {
+    auto drained = (*manager)->drain(/*delete_sandboxes=*/true);
+    nlohmann::json report = {{"drain", drained ? *drained : nlohmann::json(drained.error().message)},
+                             {"released", (*manager)->releaseIfIdle()}};
+    api::logJson(spdlog::level::info, "cleaned up", report);
+    spdlog::shutdown();
+    fmt::print("{}\n", report.dump());
+    std::fflush(stdout);
+    _exit(drained && drained->value("sandboxes_left", 1) == 0 ? 0 : 1);
+  }
   api::ApiServer api_server(**manager, api::ApiOptions{});
   http::Server server([&](http::Request& req, http::BodyReader& body, http::ResponseWriter& resp) { api_server.handle(req, body, resp); },
                       http::ServerOptions{}, [&](const std::string& reason) { api_server.metrics().countRejection(reason); });
@@ -174,7 +188,8 @@ int main(int argc, char** argv) {
   signal_waiter.detach();
   api::logJson(spdlog::level::info, "serving", {{"socket", config.socket_path}, {"listen", config.listen}});
   server.run();
-  api::logJson(spdlog::level::info, "stopped");
+  // A node with no sandbox left leaves nothing behind; one with sandboxes keeps what they run on.
+  api::logJson(spdlog::level::info, "stopped", {{"released", (*manager)->releaseIfIdle()}});
   spdlog::shutdown();
   // Threads of connections that outlived the drain may still hold the manager: leave without running
   // destructors under them. Sandboxes keep running and are reattached on the next start.

@@ -54,6 +54,7 @@ int cmdKill(Context& ctx, const std::string& id, const std::string& proc, const 
 // left out are printed as not reported.
 std::string nodeText(const nlohmann::json& node);
 int cmdNode(Context& ctx);
+int cmdNodeDrain(Context& ctx, bool delete_sandboxes);
 int cmdKeyCreate(Context& ctx, const std::string& name);
 int cmdKeyLs(Context& ctx);
 int cmdKeyRotate(Context& ctx);

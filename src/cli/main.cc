@@ -176,6 +176,10 @@ int main(int argc, char** argv) {
   c_secret_rm->add_option("NAME", secret_names)->required();
 
   auto* c_node = app.add_subcommand("node", "what this node offers: isolation tiers, accelerator, egress");
+  bool drain_delete = false;
+  auto* c_node_drain = c_node->add_subcommand(
+      "drain", "take the node out of service: creates and forks refused, pools emptied; a stop then leaves nothing");
+  c_node_drain->add_flag("--delete-sandboxes", drain_delete, "also delete every sandbox of the node");
 
   auto* c_key = app.add_subcommand("key", "API keys for TCP clients (run on the daemon's host)");
   c_key->require_subcommand(1);
@@ -238,7 +242,7 @@ int main(int argc, char** argv) {
   if (c_secret_set->parsed()) return cmdSecretSet(ctx, secret);
   if (c_secret_ls->parsed()) return cmdSecretLs(ctx);
   if (c_secret_rm->parsed()) return cmdSecretRm(ctx, secret_names);
-  if (c_node->parsed()) return cmdNode(ctx);
+  if (c_node->parsed()) return c_node_drain->parsed() ? cmdNodeDrain(ctx, drain_delete) : cmdNode(ctx);
   if (c_key_create->parsed()) return cmdKeyCreate(ctx, name);
   if (c_key_ls->parsed()) return cmdKeyLs(ctx);
   if (c_key_revoke->parsed()) return cmdKeyRevoke(ctx, id);

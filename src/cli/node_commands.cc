@@ -162,4 +162,18 @@ int cmdNode(Context& ctx) {
   return 0;
 }
 
+int cmdNodeDrain(Context& ctx, bool delete_sandboxes) {
+  auto j = callJson(ctx, "POST", "/v1/node/drain", json{{"delete_sandboxes", delete_sandboxes}});
+  if (!j) return fail(&ctx, j.error());
+  if (ctx.json) {
+    fmt::print("{}\n", j->dump(2));
+    return 0;
+  }
+  fmt::print("draining: new creates and forks are refused until spaced restarts\n");
+  fmt::print("removed {} pooled and {} other sandboxes; {} left\n", j->value("pooled_removed", 0),
+             j->value("sandboxes_removed", 0), j->value("sandboxes_left", 0));
+  if (j->value("sandboxes_left", 0) == 0) fmt::print("a stop of spaced now leaves nothing behind\n");
+  return j->contains("errors") ? 1 : 0;
+}
+
 }  // namespace space::cli

@@ -110,6 +110,27 @@ EgressSupervisor::~EgressSupervisor() {
   if (watcher_.joinable()) watcher_.join();
 }
 
+Status EgressSupervisor::stopGateway() {
+  {
+    std::lock_guard lock(mu_);
+    stopping_ = true;
+  }
+  cv_.notify_all();
+  if (watcher_.joinable()) watcher_.join();
+  int pid = pid_.exchange(0);
+  if (pid > 0 && isOurGateway(pid, config_path_)) {
+    kill(pid, SIGTERM);
+    for (int i = 0; i < 100 && processAlive(pid); ++i) {
+      if (spawned_ && waitpid(pid, nullptr, WNOHANG) == pid) break;
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    if (processAlive(pid)) kill(pid, SIGKILL);
+    if (spawned_) (void)waitpid(pid, nullptr, 0);
+  }
+  unlink(pid_file_.c_str());
+  return net::removeTable();
+}
+
 Status EgressSupervisor::writeConfig() {
   if (mkdir(dir_.c_str(), 0700) < 0 && errno != EEXIST) return sysError(errno, "create {}", dir_);
   std::string tmp = config_path_ + ".tmp";

@@ -56,6 +56,8 @@ class EgressSupervisor {
   void setOnRestart(std::function<void()> fn);
   // Starts the watchdog thread (after the manager can answer setOnRestart's callback).
   void startWatching();
+  // Stops supervising, stops space-egress and removes SPACE's nftables table: for a node with no sandbox.
+  Status stopGateway();
 
   const std::string& auditLogPath() const { return audit_log_; }
   const net::EgressPorts& ports() const { return settings_.ports; }

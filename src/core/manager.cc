@@ -270,6 +270,7 @@ Status Manager::handOver(Started& started, const std::map<std::string, std::stri
 }
 
 Result<SandboxView> Manager::create(const CreateSandbox& cmd) {
+  if (draining_) return makeError(ErrorKind::kUnavailable, "this node is draining: it takes no new sandboxes until spaced restarts");
   std::string template_name = cmd.template_name.empty() ? config_.default_template : cmd.template_name;
   ASSIGN_OR_RETURN(std::string isolation, resolveIsolation(cmd.isolation));
   if (cmd.ttl_s < 0 || cmd.ttl_s > config_.max_ttl_s)

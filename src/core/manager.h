@@ -152,6 +152,13 @@ class SandboxManager {
   virtual Result<std::vector<store::SecretRecord>> listSecrets() { return unsupportedEgress(); }
   virtual Status removeSecret(const std::string& name) { return unsupportedEgress(); }
 
+  // Stops the node taking work: creates and forks are refused (503), the pools stop filling and their
+  // sandboxes are deleted; with delete_sandboxes every sandbox is deleted too. Ends with the process.
+  virtual Result<nlohmann::json> drain(bool delete_sandboxes) { return unsupportedOp("drains"); }
+  // At a clean stop: when the node holds no sandbox at all, gives back the node-wide resources (the layer
+  // volume, cgroup parents, the egress gateway and its nftables table) and says what it released.
+  virtual nlohmann::json releaseIfIdle() { return nlohmann::json::object(); }
+
   virtual store::Store& store() = 0;
   // Prometheus text lines for the manager's own gauges and counters.
   virtual std::string metricsText() = 0;

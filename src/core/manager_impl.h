@@ -48,6 +48,8 @@ class Manager final : public SandboxManager {
   // The host-wide block of uid ranges this node's sandboxes run as (held until the manager goes).
   void setUidBlock(UidBlock block) { uid_block_ = std::move(block); }
   Status startBackground();  // reconcile, then start the pool filler and the reaper
+  Result<nlohmann::json> drain(bool delete_sandboxes) override;
+  nlohmann::json releaseIfIdle() override;
 
   Result<SandboxView> create(const CreateSandbox& cmd) override;
   Result<SandboxView> get(const std::string& id) override;
@@ -206,6 +208,8 @@ class Manager final : public SandboxManager {
   std::mutex slot_mu_;                             // serialises uid slot choice with the row insert
   std::condition_variable pool_cv_;
   std::atomic<bool> stopping_{false};
+  std::atomic<bool> draining_{false};
+  std::mutex pool_fill_mu_;                        // held by the pool filler around one start; drain waits on it
   std::atomic<int64_t> last_take_ms_{0};          // when a create last took a pooled sandbox
   std::thread pool_thread_;
   std::thread reaper_thread_;

@@ -65,7 +65,7 @@ std::optional<Manager::Started> Manager::takePooled(const std::string& key) {
 }
 
 void Manager::fillPoolLoop() {
-  while (!stopping_) {
+  while (!stopping_ && !draining_) {
     bool started_one = false;
     for (const std::string& key : poolKeys()) {
       if (stopping_) return;
@@ -82,6 +82,8 @@ void Manager::fillPoolLoop() {
       // compete for the CPU with the first command of the sandbox just handed out.
       while (!stopping_ && have > 0 && nowUnixMs() - last_take_ms_ < kRefillQuietMs)
         std::this_thread::sleep_for(std::chrono::milliseconds(10));
+      std::lock_guard fill(pool_fill_mu_);
+      if (stopping_ || draining_) return;
       auto tpl = store_->getTemplate(name);
       if (!tpl) continue;  // not built yet; buildTemplate wakes us
       if (vm) {

@@ -405,6 +405,7 @@ void Manager::removeInterruptedForks() {
 }
 
 Result<ForkResult> Manager::fork(const ForkSandbox& cmd) {
+  if (draining_) return makeError(ErrorKind::kUnavailable, "this node is draining: it takes no new sandboxes until spaced restarts");
   if (cmd.count < 1 || cmd.count > kMaxForks)
     return makeError(ErrorKind::kInvalidArgument, "count must be between 1 and {}", kMaxForks);
   std::lock_guard op(snapshot_mu_);

@@ -118,6 +118,9 @@ class Runtime {
   // Kills everything of the sandbox and removes every kernel object and file it made. Idempotent: works
   // on a half-made or already-dead sandbox, from the persisted state alone.
   virtual Status destroy(const PersistedInstance& inst) = 0;
+  // With no sandbox of the node left: gives back what the runtime holds for the node as a whole (a
+  // mounted volume, cgroup parents), so that a stopped daemon leaves nothing. The next start makes them anew.
+  virtual Status releaseNode() { return ok(); }
   // After a daemon restart: reconnects to a live sandbox, or fails (kNotFound) when it is gone.
   virtual Result<Instance> reattach(const PersistedInstance& inst) = 0;
   virtual Result<Usage> usage(const PersistedInstance& inst) = 0;

@@ -59,6 +59,8 @@ class CgroupBackend {
   virtual Status remove(const std::string& id) = 0;
   // Every group directory under the parent (for leftover checks), as absolute paths.
   virtual std::vector<std::string> listGroups() = 0;
+  // Removes the parent directories once no group is left in them (another daemon's groups keep them).
+  virtual void removeParent() = 0;
 };
 
 // unified: the hybrid host's cgroup2 mount ("" when none): groups get a twin there for cgroup.freeze.

@@ -104,6 +104,11 @@ class CgroupV1 : public CgroupBackend {
     return ok();
   }
 
+  void removeParent() override {
+    for (const std::string& hier : hierarchies()) (void)rmdir((hier + "/" + parent_).c_str());
+    if (!unified_.empty()) (void)rmdir((unified_ + "/" + parent_).c_str());
+  }
+
   std::vector<std::string> listGroups() override {
     std::vector<std::string> out;
     for (const std::string& hier : hierarchies())

@@ -79,6 +79,7 @@ class CgroupV2 : public CgroupBackend {
   }
 
   std::vector<std::string> listGroups() override { return listSubdirs(root_ + "/" + parent_); }
+  void removeParent() override { (void)rmdir((root_ + "/" + parent_).c_str()); }
 
  private:
   std::string dir(const std::string& id) const { return root_ + "/" + parent_ + "/" + id; }

@@ -299,6 +299,13 @@ Status JailRuntime::killCgroupProcesses(const std::string& cgroup) {
   return makeError(ErrorKind::kInternal, "the processes of cgroup {} do not exit", cgroup);
 }
 
+Status JailRuntime::releaseNode() {
+  // The loop device is attached with autoclear: the unmount detaches it too.
+  if (volume_.own_mount) TRY(closeLayerVolume(config_.state_dir));
+  cgroups_->removeParent();
+  return ok();
+}
+
 Status JailRuntime::destroy(const PersistedInstance& in) {
   PersistedInstance inst = in;
   auto& s = inst.state;

@@ -54,6 +54,7 @@ class JailRuntime : public runtime::Runtime {
   Result<runtime::Instance> restore(const runtime::SnapshotRef& ref, const runtime::SandboxSpec& spec) override;
   Result<runtime::Instance> rollback(runtime::Instance& inst, const runtime::SnapshotRef& ref) override;
   Status destroy(const runtime::PersistedInstance& inst) override;
+  Status releaseNode() override;
   Result<runtime::Instance> reattach(const runtime::PersistedInstance& inst) override;
   Result<runtime::Usage> usage(const runtime::PersistedInstance& inst) override;
   Result<uint64_t> writeGeneration(const runtime::PersistedInstance& inst) override;

@@ -1,0 +1,70 @@
+// Taking a node out of service: a drain refuses new work and empties the pools (and, when asked, deletes
+// every sandbox); a clean stop of a node with no sandbox left gives back everything node-wide, so that
+// nothing of SPACE stays mounted, in the cgroup trees or in nftables (docs/operations.md).
+#include <spdlog/spdlog.h>
+
+#include "core/manager_impl.h"
+
+namespace space::core {
+
+Result<nlohmann::json> Manager::drain(bool delete_sandboxes) {
+  draining_ = true;
+  pool_cv_.notify_all();
+  // A start in flight finishes (and lands in the pool) before the pool is emptied.
+  { std::lock_guard fill(pool_fill_mu_); }
+  std::vector<Started> pooled;
+  {
+    std::lock_guard lock(mu_);
+    for (auto& [key, queue] : pool_)
+      for (auto& s : queue) pooled.push_back(std::move(s));
+    pool_.clear();
+  }
+  size_t pool_removed = 0;
+  for (auto& s : pooled) {
+    if (auto st = destroyRecord(s.record); st) ++pool_removed;
+    else spdlog::warn("drain: delete pooled sandbox {}: {}", s.record.id, st.error().message);
+  }
+  // Pooled rows a reconcile adopted without a place in the pool (or that an earlier drain left).
+  store::SandboxFilter all;
+  all.include_pooled = true;
+  ASSIGN_OR_RETURN(auto rows, store_->listSandboxes(all));
+  size_t removed = 0;
+  std::vector<std::string> failed;
+  for (auto& rec : rows) {
+    if (!rec.pooled && !delete_sandboxes) continue;
+    auto st = destroyRecord(rec);
+    if (st && rec.pooled) ++pool_removed;
+    else if (st) ++removed;
+    else failed.push_back(rec.id + ": " + st.error().message);
+  }
+  ASSIGN_OR_RETURN(auto left, store_->listSandboxes(store::SandboxFilter{}));
+  nlohmann::json out = {{"draining", true},
+                        {"pooled_removed", pool_removed},
+                        {"sandboxes_removed", removed},
+                        {"sandboxes_left", left.size()}};
+  if (!failed.empty()) out["errors"] = failed;
+  spdlog::info("drain: {}", out.dump());
+  return out;
+}
+
+nlohmann::json Manager::releaseIfIdle() {
+  nlohmann::json released = nlohmann::json::object();
+  stopping_ = true;
+  pool_cv_.notify_all();
+  std::lock_guard fill(pool_fill_mu_);  // no pool start is in flight, and none begins
+  store::SandboxFilter all;
+  all.include_pooled = true;
+  auto rows = store_->listSandboxes(all);
+  if (!rows || !rows->empty()) {
+    released["kept"] = rows ? fmt::format("{} sandboxes run on (reattached at the next start)", rows->size())
+                            : "the database cannot be read: " + rows.error().message;
+    return released;
+  }
+  auto note = [&](const char* what, const Status& st) { released[what] = st ? "released" : st.error().message; };
+  note("jail", jail_->releaseNode());
+  if (vm_) note("vm", vm_->releaseNode());
+  if (egress_) note("egress", egress_->stopGateway());
+  return released;
+}
+
+}  // namespace space::core
