@@ -55,6 +55,7 @@ int main(int argc, char** argv) {
   std::string config_file;
   double default_cpus = 1.0;
   uint64_t default_memory_mib = 512, default_disk_mib = 1024;
+  app.set_version_flag("--version", "spaced " SPACE_VERSION);
   app.add_option("--config", config_file, "JSON file setting any flag (flags given here win)");
   app.add_option("--socket", flags.socket_path, "unix socket of the API (trusted by its 0660 permissions)");
   app.add_option("--listen", flags.listen, "also serve TCP on HOST:PORT (every request needs an API key)");
