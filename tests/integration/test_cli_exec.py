@@ -133,7 +133,7 @@ def test_ctrl_c_reaches_the_process_and_exits_130(spawn, sandbox):
 def test_signal_is_forwarded_to_a_trap(spawn, sandbox):
     m = marker()
     p = spawn("exec", sandbox, "--", "sh", "-c",
-              f"trap 'echo trapped TERM; exit 7' TERM; echo ready; sleep {m} & wait")
+              f"trap 'echo trapped TERM; exit 7' TERM; sleep {m} & echo ready; wait")
     read_until(p.stdout, b"ready")
     p.send_signal(signal.SIGTERM)
     rc = p.wait(timeout=60)
