@@ -260,3 +260,16 @@ def test_version_and_bare_help(binaries, cli):
     r = cli()
     assert r.returncode == 0, err(r)
     assert "exec" in out(r) and "run" in out(r), out(r)
+
+
+def test_post_exec_client_gone_kills_a_quiet_process(client, sandbox):
+    """The NDJSON exec too: a client that leaves while its process writes nothing takes it along."""
+    m = marker()
+    c, r = client.open("POST", f"/v1/sandboxes/{sandbox}/exec", {"cmd": ["sh", "-c", f"sleep {m}; echo never"]},
+                       timeout=60)
+    assert r.status == 200
+    assert b'"started"' in r.readline()
+    spacelib.wait_for(lambda: host_pids_running(m), timeout=30, what="the process to start")
+    r.close()
+    c.close()  # with the response closed too, the socket's descriptor really goes: the daemon sees a FIN
+    wait_gone(m, "spaced to kill the process of a POST exec whose client went away")

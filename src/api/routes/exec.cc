@@ -1,4 +1,6 @@
 // Foreground exec: POST /v1/sandboxes/{id}/exec -> chunked NDJSON, one line per agent event.
+#include <cerrno>
+#include <csignal>
 #include <thread>
 
 #include "api/errors.h"
@@ -48,6 +50,22 @@ Status parseTimeout(const JsonInput& in, agent::ExecRequest& req) {
     req.timeout_s = *timeout;
   }
   return ok();
+}
+
+// How often a stream whose process is quiet looks whether its client is still there.
+constexpr agent::Duration kClientCheckInterval{500};
+
+// The next agent event, or an error once the client went away: a process that writes nothing would
+// otherwise run on unwatched until its next write fails.
+Result<agent::ExecEvent> nextWhileClientStays(agent::ExecStream& stream, http::ResponseWriter& resp, bool* gone) {
+  for (;;) {
+    auto ev = stream.next(kClientCheckInterval);
+    if (ev || ev.error().sys_errno != ETIMEDOUT) return ev;
+    if (resp.peerGone()) {
+      *gone = true;
+      return makeError(ErrorKind::kUnavailable, "the client went away");
+    }
+  }
 }
 
 }  // namespace
@@ -106,9 +124,11 @@ void registerExecRoutes(Router& r) {
     }
     Status st = ctx.resp.beginStream(200, "application/x-ndjson", std::nullopt);
     if (st) st = ctx.resp.write(ndjsonLine({{"type", "started"}, {"pid", stream->pid()}}));
-    if (st) st = streamEvents(ctx.resp, [&] { return stream->next(); });
+    bool client_gone = false;
+    if (st) st = streamEvents(ctx.resp, [&] { return nextWhileClientStays(*stream, ctx.resp, &client_gone); });
     if (st) st = ctx.resp.end();
-    if (!st) (void)stream->signal(9);  // the client is gone: nobody will read the rest
+    // The client is gone: nobody will read the rest. The agent signals the whole process group.
+    if (!st || client_gone) (void)stream->signal(SIGKILL);
     if (feeder.joinable()) feeder.join();
     // After the exit went out: the rolling history (after_exec) looks at the files on its own thread.
     ctx.manager.execFinished(ctx.param("id"));
