@@ -27,7 +27,8 @@ void addCreateOptions(CLI::App* cmd, CreateOptions& o) {
   cmd->add_option("--idle-pause", o.idle_pause, "pause after this long without use, e.g. 10m; the next use resumes it");
   cmd->add_option("--net-mode", o.net_mode, "egress mode: deny-all (default), allow-list, allow-all-public")
       ->check(CLI::IsMember({"deny-all", "allow-list", "allow-all-public"}));
-  addRepeatable(cmd, "--net-allow", o.net_allow, "allow a domain (*.suffix for subdomains) or CIDR, [:PORT] (repeatable)");
+  addRepeatable(cmd, "--net-allow", o.net_allow,
+                "allow a domain (*.suffix for subdomains) or CIDR, [:PORT] (repeatable)");
   addRepeatable(cmd, "--net-deny", o.net_deny, "deny a domain or CIDR, [:PORT] (repeatable)");
   addRepeatable(cmd, "--secret", o.secrets, "stored secret NAME: the sandbox gets $NAME = a placeholder (repeatable)");
 }

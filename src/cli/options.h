@@ -3,10 +3,9 @@
 // given (-e A=1 -e B=2), and "--" always ends the options; what follows is the command, verbatim.
 #pragma once
 
+#include <CLI/CLI.hpp>
 #include <string>
 #include <vector>
-
-#include <CLI/CLI.hpp>
 
 #include "cli/commands.h"
 

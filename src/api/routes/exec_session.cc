@@ -29,10 +29,11 @@ constexpr size_t kMaxQueued = 1 << 20;
 // process does not read, and the WebSocket's thread must stay free for signals and the client's close.
 class StdinFeeder {
  public:
-  explicit StdinFeeder(agent::ExecStream& stream) : stream_(stream), thread_([this] {
-    run();
-    stop();  // nothing more will be written: a push() waiting for room must not wait forever
-  }) {}
+  explicit StdinFeeder(agent::ExecStream& stream)
+      : stream_(stream), thread_([this] {
+          run();
+          stop();  // nothing more will be written: a push() waiting for room must not wait forever
+        }) {}
   ~StdinFeeder() {
     stop();
     thread_.join();
@@ -139,7 +140,9 @@ void registerExecSessionRoute(Router& r) {
     Status st = ws->run([&](bool binary, std::string data) {
       if (refused) return;
       if (!stream) {
-        if (binary) return refuse(Error{ErrorKind::kInvalidArgument, 0, "the first message must be the exec request (text JSON)"});
+        if (binary)
+          return refuse(
+              Error{ErrorKind::kInvalidArgument, 0, "the first message must be the exec request (text JSON)"});
         auto req = parseExecSessionRequest(data);
         if (!req) return refuse(req.error());
         auto started = agent->exec(*req);

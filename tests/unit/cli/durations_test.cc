@@ -1,7 +1,7 @@
 // Durations as typed on the command line: what they mean, and errors that name the flag.
-#include <gtest/gtest.h>
-
 #include "cli/durations.h"
+
+#include <gtest/gtest.h>
 
 namespace space::cli {
 namespace {

@@ -1,7 +1,7 @@
 // The flags of exec, run, start and shell, parsed by the same CLI11 definitions the space binary uses.
-#include <gtest/gtest.h>
-
 #include "cli/options.h"
+
+#include <gtest/gtest.h>
 
 namespace space::cli {
 namespace {
@@ -47,7 +47,8 @@ TEST(CliOptions, EverythingAfterDoubleDashIsTheCommand) {
   std::string id;
   ExecOptions o;
   addExecCommand(app, id, o);
-  ASSERT_EQ(parse(app, {"exec", "sb-1", "-i", "--timeout", "1500ms", "--", "python3", "-i", "--timeout", "-e", "x"}), "");
+  ASSERT_EQ(parse(app, {"exec", "sb-1", "-i", "--timeout", "1500ms", "--", "python3", "-i", "--timeout", "-e", "x"}),
+            "");
   EXPECT_TRUE(o.interactive);
   EXPECT_EQ(o.timeout, "1500ms");
   EXPECT_TRUE(o.env.empty());
