@@ -56,6 +56,7 @@ int main(int argc, char** argv) {
   double default_cpus = 1.0;
   uint64_t default_memory_mib = 512, default_disk_mib = 1024;
   bool cleanup = false;
+  app.set_version_flag("--version", "spaced " SPACE_VERSION);
   app.add_option("--config", config_file, "JSON file setting any flag (flags given here win)");
   app.add_flag("--cleanup", cleanup,
                "delete every sandbox of the state directory, give back the node's volume, cgroups and egress "

@@ -32,6 +32,11 @@ struct ExecOptions {
   std::vector<std::string> argv;
 };
 
+struct ShellOptions {
+  std::string program = "/bin/sh";  // --cmd
+  std::vector<std::string> argv;     // after "--": program and arguments (wins over --cmd)
+};
+
 // Builds the create body from the flags (kInvalidArgument on bad sizes or pairs).
 Result<nlohmann::json> createBody(const CreateOptions& o);
 Result<nlohmann::json> execBody(const ExecOptions& o);
@@ -44,7 +49,9 @@ int cmdInspect(Context& ctx, const std::string& id);
 int cmdRm(Context& ctx, const std::vector<std::string>& ids);
 int cmdExec(Context& ctx, const std::string& id, const ExecOptions& o);
 int cmdRun(Context& ctx, const CreateOptions& c, const ExecOptions& o);
-int cmdShell(Context& ctx, const std::string& id, const std::string& cmd);
+// The PTY route's target: cmd= the program, one arg= per argument, the terminal's size.
+Result<std::string> shellTarget(const std::string& id, const ShellOptions& o, int rows, int cols);
+int cmdShell(Context& ctx, const std::string& id, const ShellOptions& o);
 int cmdCp(Context& ctx, const std::string& src, const std::string& dst);
 int cmdLogs(Context& ctx, const std::string& id, const std::string& proc, bool follow);
 int cmdPs(Context& ctx, const std::string& id);

@@ -110,27 +110,6 @@ Result<uint64_t> parseSizeMiB(std::string_view text) {
   return static_cast<uint64_t>(std::llround(v * mult));
 }
 
-Result<int64_t> parseDurationSeconds(std::string_view text) {
-  std::string s(text);
-  int64_t mult = 1;
-  if (!s.empty() && std::isalpha(static_cast<unsigned char>(s.back()))) {
-    switch (s.back()) {
-      case 's': mult = 1; break;
-      case 'm': mult = 60; break;
-      case 'h': mult = 3600; break;
-      case 'd': mult = 86400; break;
-      default: return makeError(ErrorKind::kInvalidArgument, "duration '{}': use s, m, h or d, e.g. 30m", text);
-    }
-    s.pop_back();
-  }
-  char* end = nullptr;
-  double v = std::strtod(s.c_str(), &end);
-  if (s.empty() || end != s.c_str() + s.size() || v < 0 || !std::isfinite(v) || v * mult > 1e12) {
-    return makeError(ErrorKind::kInvalidArgument, "duration '{}': use e.g. 90s, 30m, 2h", text);
-  }
-  return static_cast<int64_t>(std::llround(v * mult));
-}
-
 Result<std::pair<std::string, std::string>> parseKeyValue(std::string_view what, std::string_view text) {
   size_t eq = text.find('=');
   if (eq == std::string_view::npos || eq == 0) return makeError(ErrorKind::kInvalidArgument, "{} '{}' must be KEY=VALUE", what, text);

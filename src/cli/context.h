@@ -35,8 +35,6 @@ Result<nlohmann::json> callJson(Context& ctx, const std::string& method, const s
 
 // "512M", "1G", "2048" (MiB), "1.5G" -> MiB.
 Result<uint64_t> parseSizeMiB(std::string_view text);
-// "30m", "2h", "90s", "1d", "45" (seconds) -> seconds.
-Result<int64_t> parseDurationSeconds(std::string_view text);
 // "K=V" -> {K, V}.
 Result<std::pair<std::string, std::string>> parseKeyValue(std::string_view what, std::string_view text);
 // Exit code of a finished process as a shell reports it: code, 128+signal, 124 on timeout.

@@ -4,49 +4,16 @@
 #include <fmt/format.h>
 
 #include "cli/commands.h"
+#include "cli/options.h"
 
 using namespace space;
 using namespace space::cli;
 
-namespace {
-
-void addCreateOptions(CLI::App* cmd, CreateOptions& o) {
-  cmd->add_option("--template,-t", o.template_name, "template (default: the daemon's)");
-  cmd->add_option("--isolation", o.isolation, "auto, jail or vm")->check(CLI::IsMember({"auto", "jail", "vm"}));
-  cmd->add_option("--cpus", o.cpus, "CPU limit, e.g. 0.5 or 2");
-  cmd->add_option("--memory,-m", o.memory, "memory limit, e.g. 512M or 2G");
-  cmd->add_option("--pids", o.pids, "process limit");
-  cmd->add_option("--disk", o.disk, "disk quota, e.g. 1G");
-  cmd->add_option("--env,-e", o.env, "KEY=VALUE for every process (repeatable)");
-  cmd->add_option("--label,-l", o.labels, "KEY=VALUE label (repeatable)");
-  cmd->add_option("--ttl", o.ttl, "delete after this long, e.g. 30m or 2h");
-  cmd->add_option("--history-every", o.history_every,
-                  "snapshot automatically this often, e.g. 10m; kept: all for 1h, hourly for 1d, daily for 7d");
-  cmd->add_flag("--history-after-exec", o.history_after_exec,
-                "snapshot automatically after each exec that changed files (thinned like --history-every)");
-  cmd->add_option("--idle-pause", o.idle_pause, "pause after this long without use, e.g. 10m; the next use resumes it");
-  cmd->add_option("--net-mode", o.net_mode, "egress mode: deny-all (default), allow-list, allow-all-public")
-      ->check(CLI::IsMember({"deny-all", "allow-list", "allow-all-public"}));
-  cmd->add_option("--net-allow", o.net_allow, "allow a domain (*.suffix for subdomains) or CIDR, [:PORT] (repeatable)");
-  cmd->add_option("--net-deny", o.net_deny, "deny a domain or CIDR, [:PORT] (repeatable)");
-  cmd->add_option("--secret", o.secrets, "stored secret NAME: the sandbox gets $NAME = a placeholder (repeatable)");
-}
-
-void addExecOptions(CLI::App* cmd, ExecOptions& o, bool foreground) {
-  cmd->add_option("--env,-e", o.env, "KEY=VALUE (repeatable)");
-  cmd->add_option("--cwd,-w", o.cwd, "working directory inside the sandbox");
-  cmd->add_option("--user,-u", o.user, "user inside the sandbox");
-  if (foreground) {
-    cmd->add_option("--timeout", o.timeout, "kill after this long, e.g. 30s (exit code 124)");
-    cmd->add_flag("--interactive,-i", o.interactive, "send this terminal's stdin to the command");
-  }
-}
-
-}  // namespace
-
 int main(int argc, char** argv) {
   CLI::App app{"space: sandboxes for code written by AI agents.\nSPACE_HOST=unix:///run/space/spaced.sock | http://HOST:PORT, SPACE_API_KEY=<key for TCP>"};
-  app.require_subcommand(1);
+  // `space` alone prints this help and exits 0, as docker, kubectl and gh do.
+  app.require_subcommand(0, 1);
+  app.set_version_flag("--version", "space " SPACE_VERSION);
   // Subcommands pass options they do not know (--json) up to here, so `space ls --json` works.
   app.fallthrough();
   bool json = false;
@@ -59,7 +26,7 @@ int main(int argc, char** argv) {
   std::vector<std::string> ls_labels;
   std::string ls_state;
   auto* c_ls = app.add_subcommand("ls", "list sandboxes");
-  c_ls->add_option("--label,-l", ls_labels, "KEY=VALUE filter (repeatable)");
+  addRepeatable(c_ls, "--label,-l", ls_labels, "KEY=VALUE filter (repeatable)");
   c_ls->add_option("--state", ls_state, "running, paused, failed...");
 
   std::string id, proc, sig, name;
@@ -101,25 +68,14 @@ int main(int argc, char** argv) {
   c_fork->add_option("--snapshot", snap_ref, "start from this snapshot instead of one taken now");
 
   ExecOptions exec;
-  auto* c_exec = app.add_subcommand("exec", "run a command in a sandbox: space exec ID -- CMD [ARGS...]");
-  c_exec->add_option("ID", id)->required();
-  addExecOptions(c_exec, exec, true);
-  c_exec->add_option("CMD", exec.argv, "command and arguments")->required();
+  auto* c_exec = addExecCommand(app, id, exec);
 
   CreateOptions run_create;
   ExecOptions run_exec;
-  auto* c_run = app.add_subcommand("run", "create a sandbox, run one command, delete it: space run [opts] -- CMD...");
-  addCreateOptions(c_run, run_create);
-  c_run->add_option("--cwd,-w", run_exec.cwd, "working directory inside the sandbox");
-  c_run->add_option("--user,-u", run_exec.user, "user inside the sandbox");
-  c_run->add_option("--timeout", run_exec.timeout, "kill after this long (exit code 124)");
-  c_run->add_flag("--interactive,-i", run_exec.interactive, "send stdin to the command");
-  c_run->add_option("CMD", run_exec.argv, "command and arguments")->required();
+  auto* c_run = addRunCommand(app, run_create, run_exec);
 
-  std::string shell_cmd = "/bin/sh";
-  auto* c_shell = app.add_subcommand("shell", "interactive terminal in a sandbox");
-  c_shell->add_option("ID", id)->required();
-  c_shell->add_option("--cmd", shell_cmd, "program to run on the terminal");
+  ShellOptions shell;
+  auto* c_shell = addShellCommand(app, id, shell);
 
   std::string cp_src, cp_dst;
   auto* c_cp = app.add_subcommand("cp", "copy a file: space cp ./f ID:/root/  or  space cp ID:/root/f ./");
@@ -136,10 +92,7 @@ int main(int argc, char** argv) {
   c_ps->add_option("ID", id)->required();
 
   ExecOptions start;
-  auto* c_start = app.add_subcommand("start", "start a background process: space start ID -- CMD...");
-  c_start->add_option("ID", id)->required();
-  addExecOptions(c_start, start, false);
-  c_start->add_option("CMD", start.argv)->required();
+  auto* c_start = addStartCommand(app, id, start);
 
   auto* c_kill = app.add_subcommand("kill", "signal a background process (default TERM)");
   c_kill->add_option("ID", id)->required();
@@ -168,7 +121,7 @@ int main(int argc, char** argv) {
   auto* c_secret_set = c_secret->add_subcommand("set", "store a secret: space secret set NAME --value-file F --host H");
   c_secret_set->add_option("NAME", secret.name)->required();
   c_secret_set->add_option("--value-file", secret.value_file, "file holding the value (- for stdin)")->required();
-  c_secret_set->add_option("--host", secret.hosts, "host the value may be sent to, exact or *.suffix (repeatable)")->required();
+  addRepeatable(c_secret_set, "--host", secret.hosts, "host the value may be sent to, exact or *.suffix (repeatable)")->required();
   c_secret_set->add_option("--header", secret.header, "header that carries it (default Authorization)");
   c_secret_set->add_option("--format", secret.format, "set the header to this, {} = the value (e.g. \"Bearer {}\")");
   auto* c_secret_ls = c_secret->add_subcommand("ls", "list secrets (names and bindings only)");
@@ -215,6 +168,10 @@ int main(int argc, char** argv) {
     int rc = app.exit(e);
     return rc == 0 ? 0 : 2;
   }
+  if (app.get_subcommands().empty()) {
+    fmt::print("{}", app.help());
+    return 0;
+  }
 
   auto ctx_or = contextFromEnv(json);
   if (!ctx_or) {
@@ -228,7 +185,7 @@ int main(int argc, char** argv) {
   if (c_rm->parsed()) return cmdRm(ctx, rm_ids);
   if (c_exec->parsed()) return cmdExec(ctx, id, exec);
   if (c_run->parsed()) return cmdRun(ctx, run_create, run_exec);
-  if (c_shell->parsed()) return cmdShell(ctx, id, shell_cmd);
+  if (c_shell->parsed()) return cmdShell(ctx, id, shell);
   if (c_cp->parsed()) return cmdCp(ctx, cp_src, cp_dst);
   if (c_logs->parsed()) return cmdLogs(ctx, id, proc, follow);
   if (c_ps->parsed()) return cmdPs(ctx, id);

@@ -2,9 +2,13 @@
 #include <fmt/format.h>
 
 #include "cli/commands.h"
+#include "cli/durations.h"
 #include "http/url.h"
 
 namespace space::cli {
+
+// The API's bound on ttl_s and idle_pause_s (a daemon's max_ttl_s may cap the TTL further).
+constexpr std::chrono::seconds kLongestLife{365ll * 24 * 3600};
 
 Result<nlohmann::json> createBody(const CreateOptions& o) {
   nlohmann::json body = nlohmann::json::object();
@@ -17,10 +21,14 @@ Result<nlohmann::json> createBody(const CreateOptions& o) {
     body["cpus"] = cpus;
   }
   if (!o.memory.empty()) {
-    ASSIGN_OR_RETURN(body["memory_mib"], parseSizeMiB(o.memory));
+    auto mib = parseSizeMiB(o.memory);
+    if (!mib) return tl::unexpected(mib.error().context("--memory"));
+    body["memory_mib"] = *mib;
   }
   if (!o.disk.empty()) {
-    ASSIGN_OR_RETURN(body["disk_mib"], parseSizeMiB(o.disk));
+    auto mib = parseSizeMiB(o.disk);
+    if (!mib) return tl::unexpected(mib.error().context("--disk"));
+    body["disk_mib"] = *mib;
   }
   if (!o.pids.empty()) {
     char* end = nullptr;
@@ -29,15 +37,15 @@ Result<nlohmann::json> createBody(const CreateOptions& o) {
     body["pids"] = pids;
   }
   if (!o.history_every.empty()) {
-    ASSIGN_OR_RETURN(auto every, parseDurationSeconds(o.history_every));
+    ASSIGN_OR_RETURN(auto every, wholeSeconds("--history-every", o.history_every, kLongestLife));
     body["history"] = {{"every_s", every}};
   }
   if (o.history_after_exec) body["history"]["after_exec"] = true;
   if (!o.idle_pause.empty()) {
-    ASSIGN_OR_RETURN(body["idle_pause_s"], parseDurationSeconds(o.idle_pause));
+    ASSIGN_OR_RETURN(body["idle_pause_s"], wholeSeconds("--idle-pause", o.idle_pause, kLongestLife));
   }
   if (!o.ttl.empty()) {
-    ASSIGN_OR_RETURN(body["ttl_s"], parseDurationSeconds(o.ttl));
+    ASSIGN_OR_RETURN(body["ttl_s"], wholeSeconds("--ttl", o.ttl, kLongestLife));
   }
   for (const auto& e : o.env) {
     ASSIGN_OR_RETURN(auto kv, parseKeyValue("--env", e));

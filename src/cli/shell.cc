@@ -24,17 +24,35 @@ std::pair<int, int> terminalSize() {
 
 }  // namespace
 
-int cmdShell(Context& ctx, const std::string& id, const std::string& cmd) {
+Result<std::string> shellTarget(const std::string& id, const ShellOptions& o, int rows, int cols) {
+  std::vector<std::string> argv = o.argv;
+  if (argv.empty()) {
+    // --cmd names one program, as the API's cmd= does; a command line would be looked up as one name.
+    if (o.program.find_first_of(" \t") != std::string::npos) {
+      return makeError(ErrorKind::kInvalidArgument, "--cmd '{}' names one program; give arguments after --: space shell ID -- {}",
+                       o.program, o.program);
+    }
+    argv.push_back(o.program.empty() ? "/bin/sh" : o.program);
+  }
+  std::string target = fmt::format("/v1/sandboxes/{}/pty?cmd={}", http::percentEncode(id), http::percentEncode(argv[0]));
+  for (size_t i = 1; i < argv.size(); ++i) target += "&arg=" + http::percentEncode(argv[i]);
+  return target + fmt::format("&rows={}&cols={}", rows, cols);
+}
+
+int cmdShell(Context& ctx, const std::string& id, const ShellOptions& o) {
   auto [rows, cols] = terminalSize();
-  std::string target = fmt::format("/v1/sandboxes/{}/pty?cmd={}&rows={}&cols={}", http::percentEncode(id),
-                                   http::percentEncode(cmd.empty() ? "/bin/sh" : cmd), rows, cols);
+  auto target = shellTarget(id, o, rows, cols);
+  if (!target) {
+    fmt::print(stderr, "space: {}\n", target.error().message);
+    return 2;
+  }
   // SIGWINCH is taken by a waiting thread; blocked before any thread starts so that all inherit it.
   sigset_t winch;
   sigemptyset(&winch);
   sigaddset(&winch, SIGWINCH);
   pthread_sigmask(SIG_BLOCK, &winch, nullptr);
 
-  auto ws_or = ctx.client.websocket(target);
+  auto ws_or = ctx.client.websocket(*target);
   if (!ws_or) return fail(&ctx, ws_or.error());
   auto& ws = *ws_or;
 
@@ -64,9 +82,12 @@ int cmdShell(Context& ctx, const std::string& id, const std::string& cmd) {
     for (;;) {
       ssize_t n = ::read(STDIN_FILENO, buf, sizeof buf);
       if (n < 0 && errno == EINTR) continue;
-      if (n <= 0) return;
+      if (n <= 0) break;
       ws->sendBinary(std::string(buf, static_cast<size_t>(n)));
     }
+    // Piped input ended (`echo ls | space shell ID`): the terminal gets its EOF character, so that a
+    // shell reading it exits instead of waiting forever.
+    ws->sendText(R"({"type":"eof"})");
   }).detach();
 
   int exit_code = -1;

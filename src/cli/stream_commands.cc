@@ -11,6 +11,7 @@
 #include <fmt/format.h>
 
 #include "cli/commands.h"
+#include "cli/durations.h"
 #include "http/base64.h"
 #include "http/url.h"
 
@@ -86,26 +87,109 @@ Result<nlohmann::json> execBody(const ExecOptions& o) {
   if (!o.cwd.empty()) body["cwd"] = o.cwd;
   if (!o.user.empty()) body["user"] = o.user;
   if (!o.timeout.empty()) {
-    ASSIGN_OR_RETURN(body["timeout_s"], parseDurationSeconds(o.timeout));
+    // The API's bound; 0 means none.
+    ASSIGN_OR_RETURN(body["timeout_s"], durationSeconds("--timeout", o.timeout, std::chrono::hours(7 * 24)));
   }
   return body;
 }
 
+namespace {
+
+// Signals that stop a command run in the foreground; while it runs they go to its process group.
+sigset_t stopSignals() {
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGINT);
+  sigaddset(&set, SIGTERM);
+  sigaddset(&set, SIGHUP);
+  return set;
+}
+
+// Blocked in every thread (the mask is inherited, so before any starts), then taken by sigwait.
+void blockStopSignals() {
+  sigset_t set = stopSignals();
+  pthread_sigmask(SIG_BLOCK, &set, nullptr);
+}
+
+// Ctrl-C, SIGTERM and SIGHUP go to the remote process group, as a terminal would send them; a second
+// one kills it (the command may trap the first and carry on). The command's exit is then the CLI's.
+void forwardStopSignals(std::shared_ptr<http::WebSocket> ws) {
+  std::thread([ws] {
+    sigset_t set = stopSignals();
+    for (int count = 0;; ++count) {
+      int sig = 0;
+      if (sigwait(&set, &sig) != 0) return;
+      ws->sendText(nlohmann::json{{"type", "signal"}, {"signal", count == 0 ? sig : SIGKILL}}.dump());
+    }
+  }).detach();
+}
+
+// Local stdin -> the process, as it arrives (a line typed, a line piped), then its end.
+void forwardStdin(std::shared_ptr<http::WebSocket> ws) {
+  // Detached: a blocking read(2) cannot be interrupted portably, and the CLI exits after the command.
+  std::thread([ws] {
+    char buf[65536];
+    for (;;) {
+      ssize_t n = ::read(STDIN_FILENO, buf, sizeof buf);
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) break;
+      ws->waitForRoom(1 << 20);
+      ws->sendBinary(std::string(buf, static_cast<size_t>(n)));
+    }
+    ws->sendText(R"({"type":"eof"})");
+  }).detach();
+}
+
+// The kind behind an error line's "code" ("not_found"), so that the failure gets its usual hint.
+ErrorKind kindOfCode(std::string_view code) {
+  for (ErrorKind k : {ErrorKind::kInvalidArgument, ErrorKind::kNotFound, ErrorKind::kConflict, ErrorKind::kUnauthenticated,
+                      ErrorKind::kResourceExhausted, ErrorKind::kUnsupported, ErrorKind::kInternal}) {
+    if (code == errorKindName(k)) return k;
+  }
+  return ErrorKind::kUnavailable;
+}
+
+// Runs one command over the exec WebSocket (docs/api.md): output as it comes, stdin and stop signals
+// forwarded; the exit code is the command's (128+signal, 124 on timeout).
+int runExecSession(Context& ctx, const std::string& id, nlohmann::json body, bool interactive) {
+  blockStopSignals();
+  body["stdin"] = interactive;
+  auto ws_or = ctx.client.websocket(sandboxPath(id) + "/exec");
+  if (!ws_or) return fail(&ctx, ws_or.error());
+  std::shared_ptr<http::WebSocket> ws = std::move(*ws_or);
+  ws->sendText(body.dump());
+  forwardStopSignals(ws);
+  if (interactive) forwardStdin(ws);
+
+  std::optional<nlohmann::json> exit;
+  std::optional<Error> error;
+  Status st = ws->run([&](bool binary, std::string data) {
+    if (binary) {
+      if (data.empty() || (data[0] != 1 && data[0] != 2)) return;
+      if (!writeAll(data[0] == 1 ? STDOUT_FILENO : STDERR_FILENO, std::string_view(data).substr(1))) ws->close();
+      return;
+    }
+    auto j = nlohmann::json::parse(data, nullptr, false);
+    if (j.is_discarded() || !j.is_object()) return;
+    std::string type = j.value("type", "");
+    if (type == "exit") exit = j;
+    if (type == "error") {
+      auto e = j.value("error", nlohmann::json::object());
+      error = Error{kindOfCode(e.value("code", "")), 0, e.value("message", "the command failed")};
+    }
+  });
+  if (error) return fail(&ctx, *error);
+  if (exit) return exitCodeOf(*exit);
+  if (!st) return fail(&ctx, st.error());
+  return fail(&ctx, Error{ErrorKind::kUnavailable, 0, "the session ended before the process did"});
+}
+
+}  // namespace
+
 int cmdExec(Context& ctx, const std::string& id, const ExecOptions& o) {
   auto body = execBody(o);
   if (!body) return fail(&ctx, body.error());
-  if (o.interactive) {
-    // stdin goes with the request (the API sends it, then closes the process's stdin).
-    std::string input((std::istreambuf_iterator<char>(std::cin)), std::istreambuf_iterator<char>());
-    if (input.size() > (1u << 20) - 4096) {
-      return fail(&ctx, Error{ErrorKind::kInvalidArgument, 0, "stdin larger than 1 MiB; copy it in with 'space cp' instead"});
-    }
-    (*body)["stdin"] = input;
-  }
-  auto exit = streamProcess(ctx, "POST", sandboxPath(id) + "/exec", body->dump());
-  if (!exit) return fail(&ctx, exit.error());
-  if (!*exit) return fail(&ctx, Error{ErrorKind::kUnavailable, 0, "the output stream ended before the process did"});
-  return exitCodeOf(**exit);
+  return runExecSession(ctx, id, *body, o.interactive);
 }
 
 int cmdRun(Context& ctx, const CreateOptions& c, const ExecOptions& o) {
@@ -113,23 +197,13 @@ int cmdRun(Context& ctx, const CreateOptions& c, const ExecOptions& o) {
   if (!create) return fail(&ctx, create.error());
   auto exec = execBody(o);
   if (!exec) return fail(&ctx, exec.error());
-  // Ctrl-C and SIGTERM are taken by a thread that deletes the sandbox; the exec stream then ends.
-  sigset_t set;
-  sigemptyset(&set);
-  sigaddset(&set, SIGINT);
-  sigaddset(&set, SIGTERM);
-  sigaddset(&set, SIGHUP);
-  pthread_sigmask(SIG_BLOCK, &set, nullptr);
+  // From here a Ctrl-C is the command's to handle: one that comes while the sandbox is made waits and
+  // reaches the command when it starts; the sandbox is deleted whichever way the command ends.
+  blockStopSignals();
   auto sandbox = callJson(ctx, "POST", "/v1/sandboxes", *create);
   if (!sandbox) return fail(&ctx, sandbox.error());
   std::string id = sandbox->value("id", "");
-  std::thread([&ctx, set, id] {
-    int sig = 0;
-    sigwait(&set, &sig);
-    (void)callJson(ctx, "DELETE", sandboxPath(id));
-    _exit(128 + sig);
-  }).detach();
-  int rc = cmdExec(ctx, id, o);
+  int rc = runExecSession(ctx, id, *exec, o.interactive);
   if (auto del = callJson(ctx, "DELETE", sandboxPath(id)); !del) {
     fail(&ctx, del.error().context("delete sandbox " + id));
     if (rc == 0) rc = 1;

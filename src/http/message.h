@@ -58,6 +58,10 @@ class ResponseWriter {
   virtual bool started() const = 0;
   virtual int status() const = 0;  // 0 before anything was sent
   virtual bool isWebSocketUpgrade() const = 0;
+  // Whether the client has closed its side or the connection failed, checked without reading or waiting.
+  // For a response streamed after the whole request was read, the end of the client's input means it
+  // left (a client that half-closes after its request looks the same, and is taken as gone).
+  virtual bool peerGone() = 0;
   // Completes the upgrade handshake; the connection then belongs to the returned socket.
   virtual Result<std::unique_ptr<WebSocket>> acceptWebSocket() = 0;
 };

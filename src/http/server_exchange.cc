@@ -1,5 +1,7 @@
 #include "http/server_exchange.h"
 
+#include <poll.h>
+
 #include <boost/asio/write.hpp>
 #include <boost/beast/websocket/rfc6455.hpp>
 
@@ -144,6 +146,15 @@ Status ResponseWriterImpl::end() {
 }
 
 bool ResponseWriterImpl::isWebSocketUpgrade() const { return beast::websocket::is_upgrade(parser_.get()); }
+
+bool ResponseWriterImpl::peerGone() {
+  if (broken_) return true;
+  // POLLRDHUP: the peer's FIN (a killed client's kernel sends one), which plain POLLIN cannot tell from data.
+  struct pollfd p {};
+  p.fd = sock_.native_handle();
+  p.events = POLLRDHUP;
+  return ::poll(&p, 1, 0) > 0 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR)) != 0;
+}
 
 Result<std::unique_ptr<WebSocket>> ResponseWriterImpl::acceptWebSocket() {
   if (status_ != 0) return makeError(ErrorKind::kInternal, "response already started");

@@ -44,6 +44,7 @@ class ResponseWriterImpl : public ResponseWriter {
   bool started() const override { return status_ != 0; }
   int status() const override { return status_; }
   bool isWebSocketUpgrade() const override;
+  bool peerGone() override;
   Result<std::unique_ptr<WebSocket>> acceptWebSocket() override;
 
   // The server's 408 when the body stopped arriving; ends the connection.

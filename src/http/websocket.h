@@ -18,6 +18,9 @@ class WebSocket {
   // Thread-safe; queued and written in order by run().
   virtual void sendBinary(std::string data) = 0;
   virtual void sendText(std::string data) = 0;
+  // Thread-safe; blocks while more than max_bytes wait to be written (a slow peer), and returns at once
+  // once the connection has ended. Without it, a producer faster than the peer grows the queue unbounded.
+  virtual void waitForRoom(size_t max_bytes) = 0;
   // Thread-safe; flushes the queued messages, then performs the closing handshake.
   virtual void close() = 0;
 };

@@ -36,6 +36,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   (void)api::parseExec(body, false);
   (void)api::parseSignalBody(body);
   (void)api::parsePtyControl(body);
+  (void)api::parseExecSessionRequest(body);
+  (void)api::parseExecControl(body);
   (void)api::parseMkdir(body);
   (void)api::parseMove(body);
   (void)api::parseBuildTemplate(body);

@@ -1,4 +1,6 @@
 // Foreground exec: POST /v1/sandboxes/{id}/exec -> chunked NDJSON, one line per agent event.
+#include <cerrno>
+#include <csignal>
 #include <thread>
 
 #include "api/errors.h"
@@ -9,13 +11,10 @@
 
 namespace space::api {
 
-Result<ExecCommand> parseExec(std::string_view body, bool foreground) {
-  // Two named lists: an initializer_list chosen by ?: would point at arrays that die with the expression.
-  static const std::initializer_list<std::string_view> kForegroundFields = {"cmd", "shell", "env", "cwd", "user", "stdin", "timeout_s"};
-  static const std::initializer_list<std::string_view> kBackgroundFields = {"cmd", "shell", "env", "cwd", "user"};
-  ASSIGN_OR_RETURN(auto in, JsonInput::parse(body, foreground ? kForegroundFields : kBackgroundFields));
-  ExecCommand out;
-  auto& req = out.request;
+namespace {
+
+// The fields every way of starting a process shares: the command, its environment, where and as whom.
+Status parseProcessFields(const JsonInput& in, agent::ExecRequest& req) {
   ASSIGN_OR_RETURN(auto cmd, in.stringArray("cmd", 4096));
   ASSIGN_OR_RETURN(auto shell, in.string("shell", 256 * 1024));
   if (cmd.has_value() == shell.has_value()) {
@@ -41,19 +40,75 @@ Result<ExecCommand> parseExec(std::string_view body, bool foreground) {
     TRY(checkName("user", *user));
     req.user = *user;
   }
+  return ok();
+}
+
+Status parseTimeout(const JsonInput& in, agent::ExecRequest& req) {
+  ASSIGN_OR_RETURN(auto timeout, in.number("timeout_s"));
+  if (timeout) {
+    if (!(*timeout >= 0) || *timeout > 7 * 24 * 3600) return makeError(ErrorKind::kInvalidArgument, "timeout_s must be from 0 (none) to 604800");
+    req.timeout_s = *timeout;
+  }
+  return ok();
+}
+
+// How often a stream whose process is quiet looks whether its client is still there.
+constexpr agent::Duration kClientCheckInterval{500};
+
+// The next agent event, or an error once the client went away: a process that writes nothing would
+// otherwise run on unwatched until its next write fails.
+Result<agent::ExecEvent> nextWhileClientStays(agent::ExecStream& stream, http::ResponseWriter& resp, bool* gone) {
+  for (;;) {
+    auto ev = stream.next(kClientCheckInterval);
+    if (ev || ev.error().sys_errno != ETIMEDOUT) return ev;
+    if (resp.peerGone()) {
+      *gone = true;
+      return makeError(ErrorKind::kUnavailable, "the client went away");
+    }
+  }
+}
+
+}  // namespace
+
+Result<ExecCommand> parseExec(std::string_view body, bool foreground) {
+  // Two named lists: an initializer_list chosen by ?: would point at arrays that die with the expression.
+  static const std::initializer_list<std::string_view> kForegroundFields = {"cmd", "shell", "env", "cwd", "user", "stdin", "timeout_s"};
+  static const std::initializer_list<std::string_view> kBackgroundFields = {"cmd", "shell", "env", "cwd", "user"};
+  ASSIGN_OR_RETURN(auto in, JsonInput::parse(body, foreground ? kForegroundFields : kBackgroundFields));
+  ExecCommand out;
+  TRY(parseProcessFields(in, out.request));
   if (foreground) {
     ASSIGN_OR_RETURN(out.stdin_data, in.string("stdin", 1 << 20));
-    req.stdin_open = out.stdin_data.has_value();
-    ASSIGN_OR_RETURN(auto timeout, in.number("timeout_s"));
-    if (timeout) {
-      if (!(*timeout >= 0) || *timeout > 7 * 24 * 3600) return makeError(ErrorKind::kInvalidArgument, "timeout_s must be from 0 (none) to 604800");
-      req.timeout_s = *timeout;
-    }
+    out.request.stdin_open = out.stdin_data.has_value();
+    TRY(parseTimeout(in, out.request));
   }
   return out;
 }
 
+Result<agent::ExecRequest> parseExecSessionRequest(std::string_view text) {
+  ASSIGN_OR_RETURN(auto in, JsonInput::parse(text, {"cmd", "shell", "env", "cwd", "user", "stdin", "timeout_s"}));
+  agent::ExecRequest req;
+  TRY(parseProcessFields(in, req));
+  ASSIGN_OR_RETURN(auto stdin_open, in.boolean("stdin"));
+  req.stdin_open = stdin_open.value_or(false);
+  TRY(parseTimeout(in, req));
+  return req;
+}
+
+Result<ExecControl> parseExecControl(std::string_view text) {
+  ASSIGN_OR_RETURN(auto in, JsonInput::parse(text, {"type", "signal"}));
+  ASSIGN_OR_RETURN(auto type, in.string("type", 16));
+  if (type == "eof" && !in.has("signal")) return ExecControl{ExecControl::Kind::kEof};
+  if (type == "signal" && in.has("signal")) {
+    // The same names and numbers as POST .../processes/{pid}/signal.
+    ASSIGN_OR_RETURN(int signo, parseSignalBody(nlohmann::json{{"signal", in.raw()["signal"]}}.dump()));
+    return ExecControl{ExecControl::Kind::kSignal, signo};
+  }
+  return makeError(ErrorKind::kInvalidArgument, "control message must be {\"type\":\"eof\"} or {\"type\":\"signal\",\"signal\":\"INT\"}");
+}
+
 void registerExecRoutes(Router& r) {
+  registerExecSessionRoute(r);
   r.add("POST", "/v1/sandboxes/{id}/exec", [](RouteContext& ctx) -> Status {
     ASSIGN_OR_RETURN(std::string body, ctx.jsonBody());
     ASSIGN_OR_RETURN(auto cmd, parseExec(body, true));
@@ -69,9 +124,11 @@ void registerExecRoutes(Router& r) {
     }
     Status st = ctx.resp.beginStream(200, "application/x-ndjson", std::nullopt);
     if (st) st = ctx.resp.write(ndjsonLine({{"type", "started"}, {"pid", stream->pid()}}));
-    if (st) st = streamEvents(ctx.resp, [&] { return stream->next(); });
+    bool client_gone = false;
+    if (st) st = streamEvents(ctx.resp, [&] { return nextWhileClientStays(*stream, ctx.resp, &client_gone); });
     if (st) st = ctx.resp.end();
-    if (!st) (void)stream->signal(9);  // the client is gone: nobody will read the rest
+    // The client is gone: nobody will read the rest. The agent signals the whole process group.
+    if (!st || client_gone) (void)stream->signal(SIGKILL);
     if (feeder.joinable()) feeder.join();
     // After the exit went out: the rolling history (after_exec) looks at the files on its own thread.
     ctx.manager.execFinished(ctx.param("id"));

@@ -12,6 +12,12 @@
 #include "api/validate.h"
 
 namespace space::api {
+namespace {
+
+// Output queued for a slow client, beyond which the pump waits (and the agent's credits stop the process).
+constexpr size_t kMaxQueuedOutput = 1 << 20;
+
+}  // namespace
 
 Result<agent::ExecRequest> parsePtyQuery(const http::Request& req) {
   agent::ExecRequest out;
@@ -52,12 +58,16 @@ Result<agent::ExecRequest> parsePtyQuery(const http::Request& req) {
   return out;
 }
 
-Result<ResizeControl> parsePtyControl(std::string_view text) {
+Result<PtyControl> parsePtyControl(std::string_view text) {
   auto j = nlohmann::json::parse(text, nullptr, false);
-  if (j.is_discarded() || !j.is_object() || !j.contains("type") || j["type"] != "resize") {
-    return makeError(ErrorKind::kInvalidArgument, "control message must be {\"type\":\"resize\",\"rows\":N,\"cols\":N}");
+  if (!j.is_discarded() && j.is_object() && j.size() == 1 && j.value("type", "") == "eof") {
+    return PtyControl{PtyControl::Kind::kEof};
   }
-  ResizeControl rc;
+  if (j.is_discarded() || !j.is_object() || !j.contains("type") || j["type"] != "resize") {
+    return makeError(ErrorKind::kInvalidArgument,
+                     "control message must be {\"type\":\"resize\",\"rows\":N,\"cols\":N} or {\"type\":\"eof\"}");
+  }
+  PtyControl rc;
   for (const char* key : {"rows", "cols"}) {
     if (!j.contains(key) || !j[key].is_number_integer() || j[key].get<int64_t>() < 1 || j[key].get<int64_t>() > 1000) {
       return makeError(ErrorKind::kInvalidArgument, "{} must be an integer from 1 to 1000", key);
@@ -93,6 +103,7 @@ void registerPtyRoutes(Router& r) {
           ws->sendText(exitJson(ev->exit).dump());
           break;
         }
+        ws->waitForRoom(kMaxQueuedOutput);
         ws->sendBinary(std::move(ev->data));
       }
       ended = true;
@@ -106,6 +117,10 @@ void registerPtyRoutes(Router& r) {
       auto rc = parsePtyControl(data);
       if (!rc) {
         ctx.metrics.countRejection("invalid_pty_control");
+        return;
+      }
+      if (rc->kind == PtyControl::Kind::kEof) {
+        (void)stream->closeStdin();
         return;
       }
       (void)stream->resize(rc->rows, rc->cols);

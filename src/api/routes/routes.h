@@ -16,6 +16,7 @@ namespace space::api {
 void registerSystemRoutes(Router& r);
 void registerSandboxRoutes(Router& r);
 void registerExecRoutes(Router& r);
+void registerExecSessionRoute(Router& r);  // called by registerExecRoutes
 void registerProcessRoutes(Router& r);
 void registerPtyRoutes(Router& r);
 void registerFileRoutes(Router& r);
@@ -42,14 +43,25 @@ struct ExecCommand {
 Result<ExecCommand> parseExec(std::string_view body, bool foreground);
 // POST .../processes/{pid}/signal
 Result<int> parseSignalBody(std::string_view body);
+// GET .../exec upgraded to a WebSocket: the first text message is the request, POST .../exec's body with
+// "stdin": true|false (stdin then streams in binary messages) in place of the data.
+Result<agent::ExecRequest> parseExecSessionRequest(std::string_view text);
+struct ExecControl {
+  enum class Kind { kEof, kSignal } kind = Kind::kEof;
+  int signal = 0;
+};
+// Later text messages of that session: {"type":"eof"}, {"type":"signal","signal":"INT"|2}.
+Result<ExecControl> parseExecControl(std::string_view text);
 // GET .../pty?cmd=/bin/sh&rows=24&cols=80
 Result<agent::ExecRequest> parsePtyQuery(const http::Request& req);
 
-struct ResizeControl {
+struct PtyControl {
+  enum class Kind { kResize, kEof } kind = Kind::kResize;
   uint16_t rows = 24, cols = 80;
 };
-// A PTY text message: {"type":"resize","rows":..,"cols":..}
-Result<ResizeControl> parsePtyControl(std::string_view text);
+// A PTY text message: {"type":"resize","rows":..,"cols":..} or {"type":"eof"} (the input ended: the
+// terminal gets its EOF character).
+Result<PtyControl> parsePtyControl(std::string_view text);
 
 struct MkdirCommand {
   std::string path;

@@ -18,15 +18,6 @@ TEST(CliParse, Sizes) {
   EXPECT_FALSE(parseSizeMiB("1X"));
 }
 
-TEST(CliParse, Durations) {
-  EXPECT_EQ(*parseDurationSeconds("30m"), 1800);
-  EXPECT_EQ(*parseDurationSeconds("2h"), 7200);
-  EXPECT_EQ(*parseDurationSeconds("45"), 45);
-  EXPECT_EQ(*parseDurationSeconds("1d"), 86400);
-  EXPECT_FALSE(parseDurationSeconds("soon"));
-  EXPECT_FALSE(parseDurationSeconds("5y"));
-}
-
 TEST(CliParse, ExitCodes) {
   EXPECT_EQ(exitCodeOf({{"exit_code", 3}, {"signal", 0}, {"timed_out", false}}), 3);
   EXPECT_EQ(exitCodeOf({{"exit_code", -1}, {"signal", 9}, {"timed_out", false}}), 137);
