@@ -29,6 +29,10 @@ void addCreateOptions(CLI::App* cmd, CreateOptions& o) {
       ->check(CLI::IsMember({"deny-all", "allow-list", "allow-all-public"}));
   cmd->add_option("--net-allow", o.net_allow, "allow a domain (*.suffix for subdomains) or CIDR, [:PORT] (repeatable)");
   cmd->add_option("--net-deny", o.net_deny, "deny a domain or CIDR, [:PORT] (repeatable)");
+  cmd->add_option("--net-tls", o.net_tls,
+                  "intercept-bound (default: TLS is terminated only for hosts a secret is bound to) or intercept-all "
+                  "(every allowed TLS host, so Host is held to SNI)")
+      ->check(CLI::IsMember({"intercept-bound", "intercept-all"}));
   cmd->add_option("--secret", o.secrets, "stored secret NAME: the sandbox gets $NAME = a placeholder (repeatable)");
 }
 
@@ -146,7 +150,7 @@ int main(int argc, char** argv) {
   c_kill->add_option("PROCID", proc)->required();
   c_kill->add_option("SIG", sig);
 
-  std::string net_mode;
+  std::string net_mode, net_tls;
   std::vector<std::string> net_allow, net_deny;
   bool net_follow = false;
   auto* c_net = app.add_subcommand("net", "show or change a sandbox's egress policy: space net ID [--allow D] [--deny D] [--mode M]");
@@ -156,6 +160,8 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"deny-all", "allow-list", "allow-all-public"}));
   c_net->add_option("--allow", net_allow, "add an allow rule: domain, *.suffix or CIDR, [:PORT] (repeatable)");
   c_net->add_option("--deny", net_deny, "add a deny rule (repeatable)");
+  c_net->add_option("--tls", net_tls, "intercept-bound or intercept-all (every allowed TLS host, Host held to SNI)")
+      ->check(CLI::IsMember({"intercept-bound", "intercept-all"}));
   auto* c_net_log = c_net->add_subcommand("log", "the gateway's audit lines of a sandbox");
   std::string net_log_id;
   c_net_log->add_option("LOG_ID", net_log_id)->required();
@@ -171,6 +177,10 @@ int main(int argc, char** argv) {
   c_secret_set->add_option("--host", secret.hosts, "host the value may be sent to, exact or *.suffix (repeatable)")->required();
   c_secret_set->add_option("--header", secret.header, "header that carries it (default Authorization)");
   c_secret_set->add_option("--format", secret.format, "set the header to this, {} = the value (e.g. \"Bearer {}\")");
+  c_secret_set->add_option("--method", secret.methods,
+                           "only requests with this method get it, e.g. GET (repeatable; default any)");
+  c_secret_set->add_option("--path-prefix", secret.path_prefixes,
+                           "only requests whose path starts with this get it, e.g. /v1/ (repeatable; default any)");
   auto* c_secret_ls = c_secret->add_subcommand("ls", "list secrets (names and bindings only)");
   auto* c_secret_rm = c_secret->add_subcommand("rm", "remove secrets");
   c_secret_rm->add_option("NAME", secret_names)->required();
@@ -233,7 +243,7 @@ int main(int argc, char** argv) {
   if (c_net_log->parsed()) return cmdNetLog(ctx, net_log_id, net_follow);
   if (c_net->parsed()) {
     if (id.empty()) return fail(&ctx, Error{ErrorKind::kInvalidArgument, 0, "space net ID [--allow D] [--deny D] [--mode M] | space net log ID [--follow]"});
-    return cmdNet(ctx, id, net_mode, net_allow, net_deny);
+    return cmdNet(ctx, id, net_mode, net_allow, net_deny, net_tls);
   }
   if (c_secret_set->parsed()) return cmdSecretSet(ctx, secret);
   if (c_secret_ls->parsed()) return cmdSecretLs(ctx);
