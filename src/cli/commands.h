@@ -13,18 +13,22 @@ struct CreateOptions {
   std::string template_name, isolation, cpus, memory, pids, disk, ttl, idle_pause, history_every;
   bool history_after_exec = false;
   std::vector<std::string> env, labels;
-  std::string net_mode;
+  std::string net_mode, net_tls;
   std::vector<std::string> net_allow, net_deny, secrets;
 };
 
 struct SecretOptions {
   std::string name, value_file, header, format;
-  std::vector<std::string> hosts;
+  std::vector<std::string> hosts, methods, path_prefixes;
 };
-// The policy `space net` / `space create --net-*` sends: base's mode and rules, the mode replaced when
-// given, and one rule per --allow/--deny ("api.example.com", "*.example.com:443", "203.0.113.0/24").
+// The policy `space net` / `space create --net-*` sends: base's mode, rules and tls, the mode and tls
+// replaced when given, and one rule per --allow/--deny ("api.example.com", "*.example.com:443",
+// "203.0.113.0/24").
 Result<nlohmann::json> networkPolicy(const std::string& mode, const std::vector<std::string>& allow,
-                                     const std::vector<std::string>& deny, const nlohmann::json& base);
+                                     const std::vector<std::string>& deny, const nlohmann::json& base,
+                                     const std::string& tls = "");
+// Prints the "warnings" of an answer (allow rules for shared CDNs) to stderr.
+void printWarnings(const nlohmann::json& answer);
 struct ExecOptions {
   std::vector<std::string> env;
   std::string cwd, user, timeout;
@@ -75,7 +79,7 @@ int cmdTemplateLs(Context& ctx);
 int cmdTemplateRm(Context& ctx, const std::string& name);
 int cmdTemplateWarm(Context& ctx, const std::string& name);
 int cmdNet(Context& ctx, const std::string& id, const std::string& mode, const std::vector<std::string>& allow,
-           const std::vector<std::string>& deny);
+           const std::vector<std::string>& deny, const std::string& tls = "");
 int cmdNetLog(Context& ctx, const std::string& id, bool follow);
 int cmdSecretSet(Context& ctx, const SecretOptions& o);
 int cmdSecretLs(Context& ctx);

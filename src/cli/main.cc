@@ -99,7 +99,7 @@ int main(int argc, char** argv) {
   c_kill->add_option("PROCID", proc)->required();
   c_kill->add_option("SIG", sig);
 
-  std::string net_mode;
+  std::string net_mode, net_tls;
   std::vector<std::string> net_allow, net_deny;
   bool net_follow = false;
   auto* c_net = app.add_subcommand("net", "show or change a sandbox's egress policy: space net ID [--allow D] [--deny D] [--mode M]");
@@ -109,6 +109,8 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"deny-all", "allow-list", "allow-all-public"}));
   c_net->add_option("--allow", net_allow, "add an allow rule: domain, *.suffix or CIDR, [:PORT] (repeatable)");
   c_net->add_option("--deny", net_deny, "add a deny rule (repeatable)");
+  c_net->add_option("--tls", net_tls, "intercept-bound or intercept-all (every allowed TLS host, Host held to SNI)")
+      ->check(CLI::IsMember({"intercept-bound", "intercept-all"}));
   auto* c_net_log = c_net->add_subcommand("log", "the gateway's audit lines of a sandbox");
   std::string net_log_id;
   c_net_log->add_option("LOG_ID", net_log_id)->required();
@@ -124,6 +126,10 @@ int main(int argc, char** argv) {
   addRepeatable(c_secret_set, "--host", secret.hosts, "host the value may be sent to, exact or *.suffix (repeatable)")->required();
   c_secret_set->add_option("--header", secret.header, "header that carries it (default Authorization)");
   c_secret_set->add_option("--format", secret.format, "set the header to this, {} = the value (e.g. \"Bearer {}\")");
+  addRepeatable(c_secret_set, "--method", secret.methods,
+                           "only requests with this method get it, e.g. GET (repeatable; default any)");
+  addRepeatable(c_secret_set, "--path-prefix", secret.path_prefixes,
+                           "only requests whose path starts with this get it, e.g. /v1/ (repeatable; default any)");
   auto* c_secret_ls = c_secret->add_subcommand("ls", "list secrets (names and bindings only)");
   auto* c_secret_rm = c_secret->add_subcommand("rm", "remove secrets");
   c_secret_rm->add_option("NAME", secret_names)->required();
@@ -194,7 +200,7 @@ int main(int argc, char** argv) {
   if (c_net_log->parsed()) return cmdNetLog(ctx, net_log_id, net_follow);
   if (c_net->parsed()) {
     if (id.empty()) return fail(&ctx, Error{ErrorKind::kInvalidArgument, 0, "space net ID [--allow D] [--deny D] [--mode M] | space net log ID [--follow]"});
-    return cmdNet(ctx, id, net_mode, net_allow, net_deny);
+    return cmdNet(ctx, id, net_mode, net_allow, net_deny, net_tls);
   }
   if (c_secret_set->parsed()) return cmdSecretSet(ctx, secret);
   if (c_secret_ls->parsed()) return cmdSecretLs(ctx);

@@ -22,6 +22,7 @@ void printNetwork(const Context& ctx, const nlohmann::json& j) {
     return;
   }
   fmt::print("mode: {}\n", j.value("mode", ""));
+  if (j.contains("tls")) fmt::print("tls: {}\n", j.value("tls", ""));
   if (j.contains("subnet")) fmt::print("subnet: {} (gateway {})\n", j.value("subnet", ""), j.value("gateway", ""));
   for (const auto& r : j.value("rules", nlohmann::json::array())) {
     std::string what = r.contains("domain") ? r.value("domain", "") : r.value("cidr", "");
@@ -35,9 +36,12 @@ void printNetwork(const Context& ctx, const nlohmann::json& j) {
 }  // namespace
 
 Result<nlohmann::json> networkPolicy(const std::string& mode, const std::vector<std::string>& allow,
-                                     const std::vector<std::string>& deny, const nlohmann::json& base) {
+                                     const std::vector<std::string>& deny, const nlohmann::json& base,
+                                     const std::string& tls) {
   nlohmann::json policy = {{"mode", base.value("mode", "deny-all")}, {"rules", base.value("rules", nlohmann::json::array())}};
+  if (base.contains("tls")) policy["tls"] = base["tls"];
   if (!mode.empty()) policy["mode"] = mode;
+  if (!tls.empty()) policy["tls"] = tls;
   // A name or a CIDR, with an optional ":PORT" for names ("api.example.com:443").
   auto rule = [](const std::string& action, const std::string& target) -> Result<nlohmann::json> {
     if (target.empty()) return makeError(ErrorKind::kInvalidArgument, "--{} needs a domain or CIDR", action);
@@ -71,18 +75,24 @@ Result<nlohmann::json> networkPolicy(const std::string& mode, const std::vector<
   return policy;
 }
 
+void printWarnings(const nlohmann::json& answer) {
+  for (const auto& w : answer.value("warnings", nlohmann::json::array()))
+    if (w.is_string()) fmt::print(stderr, "warning: {}\n", w.get<std::string>());
+}
+
 int cmdNet(Context& ctx, const std::string& id, const std::string& mode, const std::vector<std::string>& allow,
-           const std::vector<std::string>& deny) {
+           const std::vector<std::string>& deny, const std::string& tls) {
   auto current = callJson(ctx, "GET", networkPath(id));
   if (!current) return fail(&ctx, current.error());
-  if (mode.empty() && allow.empty() && deny.empty()) {
+  if (mode.empty() && allow.empty() && deny.empty() && tls.empty()) {
     printNetwork(ctx, *current);
     return 0;
   }
-  auto policy = networkPolicy(mode, allow, deny, *current);
+  auto policy = networkPolicy(mode, allow, deny, *current, tls);
   if (!policy) return fail(&ctx, policy.error());
   auto j = callJson(ctx, "PUT", networkPath(id), *policy);
   if (!j) return fail(&ctx, j.error());
+  printWarnings(*j);
   printNetwork(ctx, *j);
   return 0;
 }
@@ -124,6 +134,8 @@ int cmdSecretSet(Context& ctx, const SecretOptions& o) {
   nlohmann::json body = {{"name", o.name}, {"value", value}, {"hosts", o.hosts}};
   if (!o.header.empty()) body["header"] = o.header;
   if (!o.format.empty()) body["format"] = o.format;
+  if (!o.methods.empty()) body["methods"] = o.methods;
+  if (!o.path_prefixes.empty()) body["path_prefixes"] = o.path_prefixes;
   auto j = callJson(ctx, "POST", "/v1/secrets", body);
   if (!j) return fail(&ctx, j.error());
   if (ctx.json) fmt::print("{}\n", j->dump());
@@ -142,9 +154,13 @@ int cmdSecretLs(Context& ctx) {
   for (const auto& s : j->value("secrets", nlohmann::json::array())) {
     std::string hosts;
     for (const auto& h : s.value("hosts", nlohmann::json::array())) hosts += (hosts.empty() ? "" : ",") + h.get<std::string>();
-    rows.push_back({s.value("name", ""), hosts, s.value("header", ""), s.value("format", "")});
+    std::string only;
+    for (const auto& m : s.value("methods", nlohmann::json::array())) only += (only.empty() ? "" : ",") + m.get<std::string>();
+    for (const auto& p : s.value("path_prefixes", nlohmann::json::array()))
+      only += (only.empty() ? "" : ",") + p.get<std::string>() + "*";
+    rows.push_back({s.value("name", ""), hosts, s.value("header", ""), s.value("format", ""), only.empty() ? "-" : only});
   }
-  printTable({"NAME", "HOSTS", "HEADER", "FORMAT"}, rows);
+  printTable({"NAME", "HOSTS", "HEADER", "FORMAT", "ONLY"}, rows);
   return 0;
 }
 

@@ -30,6 +30,10 @@ void addCreateOptions(CLI::App* cmd, CreateOptions& o) {
   addRepeatable(cmd, "--net-allow", o.net_allow,
                 "allow a domain (*.suffix for subdomains) or CIDR, [:PORT] (repeatable)");
   addRepeatable(cmd, "--net-deny", o.net_deny, "deny a domain or CIDR, [:PORT] (repeatable)");
+  cmd->add_option("--net-tls", o.net_tls,
+                  "intercept-bound (default: TLS is terminated only for hosts a secret is bound to) or intercept-all "
+                  "(every allowed TLS host, so Host is held to SNI)")
+      ->check(CLI::IsMember({"intercept-bound", "intercept-all"}));
   addRepeatable(cmd, "--secret", o.secrets, "stored secret NAME: the sandbox gets $NAME = a placeholder (repeatable)");
 }
 

@@ -55,8 +55,9 @@ Result<nlohmann::json> createBody(const CreateOptions& o) {
     ASSIGN_OR_RETURN(auto kv, parseKeyValue("--label", l));
     body["labels"][kv.first] = kv.second;
   }
-  if (!o.net_mode.empty() || !o.net_allow.empty() || !o.net_deny.empty()) {
-    ASSIGN_OR_RETURN(body["network"], networkPolicy(o.net_mode, o.net_allow, o.net_deny, nlohmann::json::object()));
+  if (!o.net_mode.empty() || !o.net_allow.empty() || !o.net_deny.empty() || !o.net_tls.empty()) {
+    ASSIGN_OR_RETURN(body["network"],
+                     networkPolicy(o.net_mode, o.net_allow, o.net_deny, nlohmann::json::object(), o.net_tls));
   }
   for (const auto& s : o.secrets) body["secrets"].push_back(s);
   return body;
@@ -67,6 +68,7 @@ int cmdCreate(Context& ctx, const CreateOptions& o) {
   if (!body) return fail(&ctx, body.error());
   auto j = callJson(ctx, "POST", "/v1/sandboxes", *body);
   if (!j) return fail(&ctx, j.error());
+  printWarnings(*j);
   if (ctx.json) {
     fmt::print("{}\n", j->dump());
   } else {

@@ -120,6 +120,8 @@ Result<json> Manager::secretBindings(const json& bound) {
     json s = {{"name", name}, {"placeholder", b.value("placeholder", "")}, {"value", value}, {"hosts", rec->hosts},
               {"header", rec->header}};
     if (!rec->format.empty()) s["format"] = rec->format;
+    if (!rec->methods.empty()) s["methods"] = rec->methods;
+    if (!rec->path_prefixes.empty()) s["path_prefixes"] = rec->path_prefixes;
     out.push_back(std::move(s));
   }
   return out;
@@ -258,10 +260,14 @@ Result<store::SecretRecord> Manager::setSecret(const SetSecret& cmd) {
   probe.value = cmd.value;
   probe.header = cmd.header;
   probe.format = cmd.format;
+  probe.methods = cmd.methods;
+  probe.path_prefixes = cmd.path_prefixes;
   store::SecretRecord rec;
   rec.name = cmd.name;
   rec.header = cmd.header;
   rec.format = cmd.format;
+  rec.methods = cmd.methods;
+  rec.path_prefixes = cmd.path_prefixes;
   for (const auto& h : cmd.hosts) {
     auto normal = egress::normalizePattern(h);
     if (!normal) return makeError(ErrorKind::kInvalidArgument, "host '{}': {}", h.substr(0, 255), normal.error().message);

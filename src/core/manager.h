@@ -43,6 +43,8 @@ struct SetSecret {
   std::vector<std::string> hosts;
   std::string header = "Authorization";
   std::string format;
+  std::vector<std::string> methods;        // empty: any method
+  std::vector<std::string> path_prefixes;  // empty: any path
 };
 
 struct SandboxView {

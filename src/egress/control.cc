@@ -20,7 +20,8 @@ constexpr size_t kMaxLine = 4 << 20;
 Result<SecretBinding> parseSecret(const nlohmann::json& j) {
   if (!j.is_object()) return makeError(ErrorKind::kInvalidArgument, "a secret must be an object");
   for (const auto& [k, v] : j.items())
-    if (k != "name" && k != "placeholder" && k != "value" && k != "hosts" && k != "header" && k != "format")
+    if (k != "name" && k != "placeholder" && k != "value" && k != "hosts" && k != "header" && k != "format" &&
+        k != "methods" && k != "path_prefixes")
       return makeError(ErrorKind::kInvalidArgument, "unknown secret field '{}'", k);
   SecretBinding b;
   auto str = [&](const char* k, std::string& out, bool required) -> Status {
@@ -45,6 +46,17 @@ Result<SecretBinding> parseSecret(const nlohmann::json& j) {
     if (!n) return makeError(ErrorKind::kInvalidArgument, "secret {} host: {}", b.name, n.error().message);
     b.hosts.push_back(*n);
   }
+  auto strings = [&](const char* k, std::vector<std::string>& out) -> Status {
+    if (!j.contains(k)) return ok();
+    if (!j[k].is_array()) return makeError(ErrorKind::kInvalidArgument, "secret {} '{}' must be an array", b.name, k);
+    for (const auto& v : j[k]) {
+      if (!v.is_string()) return makeError(ErrorKind::kInvalidArgument, "secret {} '{}' holds strings", b.name, k);
+      out.push_back(v.get<std::string>());
+    }
+    return ok();
+  };
+  TRY(strings("methods", b.methods));
+  TRY(strings("path_prefixes", b.path_prefixes));
   TRY(validateBinding(b));
   return b;
 }
@@ -201,7 +213,12 @@ nlohmann::json handleControl(Registry& registry, Audit& audit, const nlohmann::j
     nlohmann::json sources = nlohmann::json::array(), secrets = nlohmann::json::array();
     for (const auto& c : sb->sources) sources.push_back(c.str());
     for (const auto& b : sb->secrets)  // never the value
-      secrets.push_back({{"name", b.name}, {"hosts", b.hosts}, {"header", b.header}, {"format", b.format}});
+      secrets.push_back({{"name", b.name},
+                         {"hosts", b.hosts},
+                         {"header", b.header},
+                         {"format", b.format},
+                         {"methods", b.methods},
+                         {"path_prefixes", b.path_prefixes}});
     return {{"ok", true},         {"id", sb->id},
             {"sources", sources}, {"policy", policyToJson(sb->policy)},
             {"secrets", secrets}, {"ca_cert_pem", sb->ca->certPem()}};

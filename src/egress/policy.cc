@@ -26,6 +26,14 @@ Result<Mode> parseMode(std::string_view s) {
   return makeError(ErrorKind::kInvalidArgument, "unknown mode '{}' (deny-all, allow-list, allow-all-public)", s);
 }
 
+const char* tlsModeName(TlsMode m) { return m == TlsMode::kInterceptAll ? "intercept-all" : "intercept-bound"; }
+
+Result<TlsMode> parseTlsMode(std::string_view s) {
+  if (s == "intercept-bound") return TlsMode::kInterceptBound;
+  if (s == "intercept-all") return TlsMode::kInterceptAll;
+  return makeError(ErrorKind::kInvalidArgument, "unknown tls '{}' (intercept-bound, intercept-all)", s);
+}
+
 const char* verdictName(Verdict v) { return v == Verdict::kAllow ? "allow" : "deny"; }
 
 bool Rule::portMatches(uint16_t port) const {
@@ -46,10 +54,15 @@ Result<Policy> parsePolicy(const nlohmann::json& j) {
   if (!j.is_object()) return makeError(ErrorKind::kInvalidArgument, "policy must be an object");
   Policy p;
   for (const auto& [k, v] : j.items())
-    if (k != "mode" && k != "rules") return makeError(ErrorKind::kInvalidArgument, "unknown policy field '{}'", k);
+    if (k != "mode" && k != "rules" && k != "tls")
+      return makeError(ErrorKind::kInvalidArgument, "unknown policy field '{}'", k);
   if (j.contains("mode")) {
     if (!j["mode"].is_string()) return makeError(ErrorKind::kInvalidArgument, "mode must be a string");
     ASSIGN_OR_RETURN(p.mode, parseMode(j["mode"].get<std::string>()));
+  }
+  if (j.contains("tls")) {
+    if (!j["tls"].is_string()) return makeError(ErrorKind::kInvalidArgument, "tls must be a string");
+    ASSIGN_OR_RETURN(p.tls, parseTlsMode(j["tls"].get<std::string>()));
   }
   if (!j.contains("rules")) return p;
   if (!j["rules"].is_array()) return makeError(ErrorKind::kInvalidArgument, "rules must be an array");
@@ -103,7 +116,58 @@ nlohmann::json policyToJson(const Policy& p) {
     if (!r.ports.empty()) j["ports"] = r.ports;
     rules.push_back(j);
   }
-  return {{"mode", modeName(p.mode)}, {"rules", rules}};
+  return {{"mode", modeName(p.mode)}, {"rules", rules}, {"tls", tlsModeName(p.tls)}};
+}
+
+namespace {
+
+// Domains under which many unrelated customers' sites share the same edge addresses and TLS front
+// ends. An allow rule for one of their names lets a sandbox reach every other site there by domain
+// fronting (the SNI names the allowed site, the Host inside the tunnel another), unless the gateway
+// terminates the TLS; a wildcard over one admits every customer outright. The well-known ones only:
+// the list warns, it decides nothing.
+constexpr std::string_view kSharedCdnSuffixes[] = {
+    "cloudfront.net",                                                // Amazon CloudFront
+    "akamaiedge.net", "akamaized.net", "akamaihd.net", "edgekey.net", "edgesuite.net",  // Akamai
+    "azureedge.net", "azurefd.net", "azurewebsites.net",             // Azure CDN, Front Door, App Service
+    "fastly.net", "fastlylb.net",                                    // Fastly
+    "cdn.cloudflare.net", "workers.dev", "pages.dev",                // Cloudflare
+    "googleusercontent.com", "appspot.com",                          // Google
+    "herokuapp.com", "vercel.app", "netlify.app",                    // hosting platforms
+};
+
+bool underSuffix(std::string_view name, std::string_view suffix) {
+  return name == suffix || (name.size() > suffix.size() && name.ends_with(suffix) &&
+                            name[name.size() - suffix.size() - 1] == '.');
+}
+
+}  // namespace
+
+std::vector<std::string> policyWarnings(const Policy& p) {
+  std::vector<std::string> out;
+  const bool intercepted = p.tls == TlsMode::kInterceptAll;
+  for (const auto& r : p.rules) {
+    if (!r.allow || r.cidr) continue;
+    bool wildcard = r.domain.starts_with("*.");
+    std::string_view base = wildcard ? std::string_view(r.domain).substr(2) : std::string_view(r.domain);
+    for (std::string_view cdn : kSharedCdnSuffixes) {
+      // The rule names a site on the CDN, or a wildcard covers all of it ("*.net" covers cloudfront.net).
+      bool on_cdn = underSuffix(base, cdn);
+      bool covers_cdn = wildcard && underSuffix(cdn, base);
+      if (!on_cdn && !covers_cdn) continue;
+      if (wildcard && (covers_cdn || base == cdn)) {
+        out.push_back(fmt::format("rule '{}' allows every customer's site on the shared CDN {}", r.describe(), cdn));
+      } else if (!intercepted) {
+        out.push_back(fmt::format(
+            "rule '{}' names a site on the shared CDN {}: the gateway sees only the SNI of TLS it does not "
+            "intercept, so a sandbox can reach any other site on {} by domain fronting; \"tls\": \"intercept-all\" "
+            "holds the Host inside to the SNI",
+            r.describe(), cdn, cdn));
+      }
+      break;
+    }
+  }
+  return out;
 }
 
 namespace {

@@ -31,15 +31,32 @@ struct Rule {
   std::string describe() const;           // "allow domain *.example.com port 443"
 };
 
+// Which TLS connections the gateway terminates. Only then does it see the requests inside and can hold
+// Host to SNI (E9); for a tunnel it only relays, it sees the SNI alone, and a sandbox can front any site
+// that shares the allowed host's addresses (a CDN) with another Host inside.
+enum class TlsMode {
+  kInterceptBound,  // "intercept-bound": only hosts a secret is bound to (it must be put into requests)
+  kInterceptAll,    // "intercept-all": every allowed TLS connection that names its host (SNI)
+};
+const char* tlsModeName(TlsMode m);
+Result<TlsMode> parseTlsMode(std::string_view s);
+
 struct Policy {
   Mode mode = Mode::kDenyAll;
   std::vector<Rule> rules;
+  TlsMode tls = TlsMode::kInterceptBound;
 };
 
 // {"mode": "allow-list", "rules": [{"action": "allow", "domain": "*.example.com", "ports": [443]},
-//                                  {"action": "deny", "cidr": "203.0.113.0/24"}]}
+//                                  {"action": "deny", "cidr": "203.0.113.0/24"}],
+//  "tls": "intercept-all"}
 Result<Policy> parsePolicy(const nlohmann::json& j);
 nlohmann::json policyToJson(const Policy& p);
+
+// What the operator should know about a valid policy: allow rules for shared CDN and hosting domains,
+// whose sites share addresses and TLS fronts with everyone else's (fronting, and wildcards that admit
+// every customer of the CDN). One sentence per rule concerned.
+std::vector<std::string> policyWarnings(const Policy& p);
 
 struct Decision {
   Verdict verdict = Verdict::kDeny;

@@ -8,6 +8,7 @@
 #include "egress/http_parse.h"
 #include "egress/names.h"
 #include "egress/proxy_impl.h"
+#include "egress/redaction.h"
 #include "egress/secrets.h"
 
 namespace space::egress {

@@ -3,6 +3,7 @@
 namespace space::egress {
 
 bool Sandbox::intercepts(std::string_view host) const {
+  if (policy.tls == TlsMode::kInterceptAll) return true;
   for (const auto& s : secrets)
     if (s.boundTo(host)) return true;
   return false;

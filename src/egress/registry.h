@@ -24,7 +24,9 @@ struct Sandbox {
   std::vector<SecretBinding> secrets;
   std::shared_ptr<tls::CertAuthority> ca;
 
-  bool intercepts(std::string_view host) const;  // a secret is bound to host
+  // Whether TLS to host (a name the connection was allowed for) is terminated: a secret is bound to it,
+  // or the policy intercepts all allowed TLS.
+  bool intercepts(std::string_view host) const;
 };
 
 class Registry {

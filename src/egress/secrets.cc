@@ -58,6 +58,64 @@ bool SecretBinding::boundTo(std::string_view host) const {
   return std::any_of(hosts.begin(), hosts.end(), [&](const std::string& p) { return nameMatches(p, host); });
 }
 
+namespace {
+
+// A segment an upstream resolves away ("." or ".."; "..;x" too, as Tomcat-style path parameters are
+// stripped before resolving).
+bool isDotSegment(std::string_view seg) {
+  seg = seg.substr(0, seg.find(';'));
+  return seg == "." || seg == "..";
+}
+
+// Whether path could name something else once the upstream decodes and resolves it: dot segments, a
+// backslash, or an escaped '.', '/' or '\' (which decode into the former).
+bool pathMayResolveElsewhere(std::string_view path) {
+  if (path.find('\\') != std::string_view::npos) return true;
+  for (size_t i = 0; i + 2 < path.size(); ++i) {
+    if (path[i] != '%') continue;
+    int hi = hexValue(path[i + 1]), lo = hexValue(path[i + 2]);
+    if (hi < 0 || lo < 0) continue;
+    char c = char(hi * 16 + lo);
+    if (c == '.' || c == '/' || c == '\\') return true;
+  }
+  size_t start = 0;
+  while (start <= path.size()) {
+    size_t end = path.find('/', start);
+    if (end == std::string_view::npos) end = path.size();
+    if (isDotSegment(path.substr(start, end - start))) return true;
+    start = end + 1;
+  }
+  return false;
+}
+
+bool validMethod(std::string_view m) {
+  return !m.empty() && m.size() <= 20 && std::all_of(m.begin(), m.end(), [](char c) { return c >= 'A' && c <= 'Z'; });
+}
+
+std::string joined(const std::vector<std::string>& v) {
+  std::string out;
+  for (const auto& s : v) out += (out.empty() ? "" : ",") + s;
+  return out;
+}
+
+}  // namespace
+
+bool SecretBinding::allowsRequest(std::string_view method, std::string_view target) const {
+  if (!methods.empty() && std::find(methods.begin(), methods.end(), method) == methods.end()) return false;
+  if (path_prefixes.empty()) return true;
+  std::string_view path = target.substr(0, target.find_first_of("?#"));
+  if (path.empty() || path[0] != '/' || pathMayResolveElsewhere(path)) return false;
+  return std::any_of(path_prefixes.begin(), path_prefixes.end(),
+                     [&](const std::string& p) { return path.starts_with(p); });
+}
+
+std::string SecretBinding::describeRestriction() const {
+  std::string out;
+  if (!methods.empty()) out += "methods " + joined(methods);
+  if (!path_prefixes.empty()) out += (out.empty() ? "" : "; ") + std::string("paths ") + joined(path_prefixes);
+  return out.empty() ? "any request" : out;
+}
+
 Status validateBinding(const SecretBinding& b) {
   if (b.name.empty()) return makeError(ErrorKind::kInvalidArgument, "secret without a name");
   if (b.placeholder.size() < 16 || b.placeholder.size() > 256)
@@ -74,6 +132,22 @@ Status validateBinding(const SecretBinding& b) {
   if (b.header.empty()) return makeError(ErrorKind::kInvalidArgument, "secret {}: no header", b.name);
   if (!b.format.empty() && b.format.find("{}") == std::string::npos)
     return makeError(ErrorKind::kInvalidArgument, "secret {}: format must contain {{}}", b.name);
+  if (b.methods.size() > 16 || b.path_prefixes.size() > 32)
+    return makeError(ErrorKind::kInvalidArgument, "secret {}: at most 16 methods and 32 path prefixes", b.name);
+  for (const auto& m : b.methods)
+    if (!validMethod(m))
+      return makeError(ErrorKind::kInvalidArgument, "secret {}: method '{}' is not an upper-case HTTP method like GET",
+                       b.name, m.substr(0, 32));
+  for (const auto& p : b.path_prefixes) {
+    bool plain = std::all_of(p.begin(), p.end(), [](char c) {
+      return static_cast<unsigned char>(c) > 0x20 && c != 0x7f && c != '?' && c != '#' && c != '%';
+    });
+    if (p.empty() || p[0] != '/' || p.size() > 1024 || !plain || pathMayResolveElsewhere(p))
+      return makeError(ErrorKind::kInvalidArgument,
+                       "secret {}: path prefix '{}' must start with '/' and hold no spaces, '?', '#', '%', "
+                       "backslashes or dot segments",
+                       b.name, p.substr(0, 64));
+  }
   return ok();
 }
 
@@ -166,12 +240,15 @@ Result<Injection> applySecrets(http::RequestHead& head, std::string_view host,
       if (!iequals(h.name, b.header))
         return makeError(ErrorKind::kInvalidArgument, "placeholder of secret {} in header {} (declared: {})", b.name,
                          h.name, b.header);
+      if (!b.allowsRequest(head.method, head.target))
+        return makeError(ErrorKind::kInvalidArgument, "placeholder of secret {} in a {} request outside its {}",
+                         b.name, head.method, b.describeRestriction());
       if (h.value.find(b.placeholder) == std::string::npos)
         return makeError(ErrorKind::kInvalidArgument, "encoded placeholder of secret {} in header {}", b.name, h.name);
     }
   }
   for (const auto& b : secrets) {
-    if (!b.boundTo(host)) continue;
+    if (!b.boundTo(host) || !b.allowsRequest(head.method, head.target)) continue;
     if (!b.format.empty()) {
       std::string v = b.format;
       v.replace(v.find("{}"), 2, b.value);
@@ -192,68 +269,6 @@ Result<Injection> applySecrets(http::RequestHead& head, std::string_view host,
     }
   }
   return out;
-}
-
-ValueRedactor::ValueRedactor(const std::vector<SecretBinding>& secrets) {
-  for (const auto& b : secrets) {
-    pairs_.emplace_back(b.value, b.placeholder);
-    max_len_ = std::max(max_len_, b.value.size());
-  }
-  // Longest first, so that a value containing another value is replaced whole.
-  std::sort(pairs_.begin(), pairs_.end(), [](auto& a, auto& b) { return a.first.size() > b.first.size(); });
-}
-
-std::string ValueRedactor::feed(std::string_view data) {
-  if (pairs_.empty()) return std::string(data);
-  held_.append(data);
-  std::string out;
-  size_t i = 0;
-  // Emit bytes up to the point where a value could still begin and be cut off by the end of held_.
-  while (i < held_.size()) {
-    bool replaced = false;
-    for (const auto& [value, placeholder] : pairs_) {
-      if (held_.compare(i, value.size(), value) == 0 && held_.size() - i >= value.size()) {
-        out += placeholder;
-        i += value.size();
-        replaced = true;
-        break;
-      }
-    }
-    if (replaced) continue;
-    if (held_.size() - i < max_len_) {
-      // Could the rest be the start of a value? Then wait for more bytes.
-      std::string_view rest(held_.data() + i, held_.size() - i);
-      bool prefix = std::any_of(pairs_.begin(), pairs_.end(),
-                                [&](auto& p) { return p.first.size() > rest.size() && p.first.starts_with(rest); });
-      if (prefix) break;
-    }
-    out += held_[i++];
-  }
-  held_.erase(0, i);
-  return out;
-}
-
-std::string ValueRedactor::finish() {
-  std::string out;
-  out.swap(held_);
-  return out;  // a proper prefix of a value is not the value
-}
-
-std::string ValueRedactor::redactAll(std::string_view whole) {
-  ValueRedactor fresh(*this);
-  fresh.held_.clear();
-  std::string out = fresh.feed(whole);
-  return out + fresh.finish();
-}
-
-void redactResponseHead(http::ResponseHead& head, const std::vector<SecretBinding>& secrets) {
-  ValueRedactor r(secrets);
-  if (r.empty()) return;
-  head.reason = r.redactAll(head.reason);
-  for (auto& h : head.headers) {
-    h.name = r.redactAll(h.name);
-    h.value = r.redactAll(h.value);
-  }
 }
 
 }  // namespace space::egress

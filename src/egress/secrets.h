@@ -21,11 +21,21 @@ struct SecretBinding {
   std::vector<std::string> hosts;  // normalised names, exact or "*.suffix"
   std::string header = "Authorization";
   std::string format;  // "" = replace the placeholder inside the header; "Bearer {}" = set it
+  // Optional restriction to some requests of the bound hosts; empty = any. A request outside it is
+  // treated like one to an unbound host: the secret is not put in, and its placeholder is refused.
+  std::vector<std::string> methods;        // "GET", "POST": compared exactly, as HTTP does
+  std::vector<std::string> path_prefixes;  // "/v1/": a plain prefix of the target's path
 
   bool boundTo(std::string_view host) const;
+  // Whether a request with this method and origin-form target is inside the restriction. A path with dot
+  // segments or encoded separators is outside whenever there are prefixes: the upstream would resolve it
+  // to a path the prefix does not cover ("/v1/../admin").
+  bool allowsRequest(std::string_view method, std::string_view target) const;
+  std::string describeRestriction() const;  // "methods GET,POST; paths /v1/" for refusals
 };
 
-// Checks a binding's own consistency (placeholder length and alphabet, hosts, header, format).
+// Checks a binding's own consistency (placeholder length and alphabet, hosts, header, format, methods,
+// path prefixes).
 Status validateBinding(const SecretBinding& b);
 
 // Finds any secret's placeholder in a stream of bytes, in the forms a sandbox could smuggle it: as is (any
@@ -59,27 +69,10 @@ struct Injection {
 
 // Applies the sandbox's secrets to a request head bound for host (normalised). Refuses (kInvalidArgument,
 // with the secret's name and where it was seen) when a placeholder appears outside the declared header of
-// a secret bound to host: another header, the target, a request to an unbound host.
+// a secret bound to host: another header, the target, a request to an unbound host or one outside the
+// secret's methods and path prefixes.
 Result<Injection> applySecrets(http::RequestHead& head, std::string_view host,
                                const std::vector<SecretBinding>& secrets);
 
-// Replaces every occurrence of each real value with its placeholder in a stream, across feed() calls.
-// Holds back at most (longest value - 1) bytes until it knows they do not start a value.
-class ValueRedactor {
- public:
-  explicit ValueRedactor(const std::vector<SecretBinding>& secrets);
-  std::string feed(std::string_view data);
-  std::string finish();                           // flushes what was held back
-  std::string redactAll(std::string_view whole);  // for header values: feed + finish on a fresh state
-
-  bool empty() const { return pairs_.empty(); }
-
- private:
-  std::vector<std::pair<std::string, std::string>> pairs_;  // value -> placeholder
-  size_t max_len_ = 0;
-  std::string held_;
-};
-
-void redactResponseHead(http::ResponseHead& head, const std::vector<SecretBinding>& secrets);
 
 }  // namespace space::egress

@@ -8,7 +8,7 @@ namespace space::store {
 namespace {
 
 // Append only: a released migration never changes, because databases in the field have already run it.
-constexpr std::array<std::string_view, 3> kMigrations = {
+constexpr std::array<std::string_view, 4> kMigrations = {
     // 1: templates, sandboxes, API keys.
     R"sql(
 CREATE TABLE templates (
@@ -76,6 +76,11 @@ CREATE TABLE snapshots (
   created_ms  INTEGER NOT NULL
 );
 CREATE INDEX snapshots_by_sandbox ON snapshots(sandbox_id, created_ms);
+)sql",
+    // 4: a secret may be restricted to some methods and path prefixes of its hosts (docs/egress.md).
+    R"sql(
+ALTER TABLE secrets ADD COLUMN methods TEXT NOT NULL DEFAULT '[]';        -- JSON array; [] = any
+ALTER TABLE secrets ADD COLUMN path_prefixes TEXT NOT NULL DEFAULT '[]';  -- JSON array; [] = any
 )sql",
 };
 

@@ -356,8 +356,9 @@ class SqliteStore final : public Store {
   Status putSecret(const SecretRecord& r) override {
     auto lock = db_.lock();
     ASSIGN_OR_RETURN(auto stmt, db_.prepare("INSERT OR REPLACE INTO secrets (name, hosts, header, format, sealed_value, "
-                                            "created_ms) VALUES (?, ?, ?, ?, ?, ?)"));
-    TRY(stmt.bindAll(r.name, dumpJson(r.hosts), r.header, r.format, r.sealed_value, r.created_ms ? r.created_ms : nowMs()));
+                                            "created_ms, methods, path_prefixes) VALUES (?, ?, ?, ?, ?, ?, ?, ?)"));
+    TRY(stmt.bindAll(r.name, dumpJson(r.hosts), r.header, r.format, r.sealed_value, r.created_ms ? r.created_ms : nowMs(),
+                     dumpJson(r.methods), dumpJson(r.path_prefixes)));
     return stmt.run();
   }
 
@@ -440,7 +441,8 @@ class SqliteStore final : public Store {
 
   Result<std::vector<SecretRecord>> selectSecrets(const std::string& where, const std::string& arg) {
     auto lock = db_.lock();
-    ASSIGN_OR_RETURN(auto stmt, db_.prepare("SELECT name, hosts, header, format, sealed_value, created_ms FROM secrets " +
+    ASSIGN_OR_RETURN(auto stmt, db_.prepare("SELECT name, hosts, header, format, sealed_value, created_ms, methods, "
+                                            "path_prefixes FROM secrets " +
                                             where + " ORDER BY name"));
     if (!where.empty()) TRY(stmt.bind(1, arg));
     std::vector<SecretRecord> out;
@@ -455,6 +457,10 @@ class SqliteStore final : public Store {
       r.format = stmt.columnText(3);
       r.sealed_value = stmt.columnText(4);
       r.created_ms = stmt.columnInt(5);
+      ASSIGN_OR_RETURN(auto methods, parseJson(stmt.columnText(6), "secret methods"));
+      for (const auto& m : methods) r.methods.push_back(m.get<std::string>());
+      ASSIGN_OR_RETURN(auto prefixes, parseJson(stmt.columnText(7), "secret path prefixes"));
+      for (const auto& p : prefixes) r.path_prefixes.push_back(p.get<std::string>());
       out.push_back(std::move(r));
     }
     return out;

@@ -53,6 +53,8 @@ struct SecretRecord {
   std::vector<std::string> hosts;
   std::string header = "Authorization";
   std::string format;
+  std::vector<std::string> methods;        // empty: any
+  std::vector<std::string> path_prefixes;  // empty: any
   std::string sealed_value;   // never the value itself (store/secret_box.h)
   int64_t created_ms = 0;
 };

@@ -1,6 +1,9 @@
 """Upstream servers for the egress tests, run inside the test's own network namespace:
-HTTP on :80 and HTTPS on :443 that echo the request head (and body) back as JSON, or answer
-`/redirect?to=URL` with a 302; a DNS server on :53; and a UDP sink on :5353. Every accepted TCP connection,
+HTTP on :80 and HTTPS on :443 that echo the request head (and body) back as JSON, answer
+`/redirect?to=URL` with a 302, or, under `/echo-encoded` (`?chunked=1`: in 7-byte chunks), echo every
+request header transformed the ways reflecting services do (base64 and base64url of the header line and of
+the whole head at three alignments, hex in both cases, percent-encoded), in the body and as response
+headers (SECURITY.md E17); a DNS server on :53; and a UDP sink on :5353. Every accepted TCP connection,
 request, query and datagram is appended to a JSON-lines log, so the test sees from outside what reached the
 upstream side (an `accept` record means the gateway opened a connection, whatever came through it).
 
@@ -12,6 +15,7 @@ DNS answers, by name (SECURITY.md E4, E5, E6 need answers a real resolver would 
   any other name ending in .test  A the upstream (TTL 60)
   anything else                   NXDOMAIN"""
 
+import base64
 import json
 import socket
 import socketserver
@@ -20,7 +24,7 @@ import struct
 import sys
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from urllib.parse import parse_qs, urlsplit
+from urllib.parse import parse_qs, quote, quote_plus, urlsplit
 
 ADDR, LOG, CERT, KEY = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4]
 _lock = threading.Lock()
@@ -30,6 +34,23 @@ _rebind_seen: set[str] = set()
 def log(**rec):
     with _lock, open(LOG, "a") as f:
         f.write(json.dumps(rec) + "\n")
+
+
+def encoded_echo(headers: dict) -> tuple[dict, list[tuple[str, str]]]:
+    """Every header line and the whole head, transformed: the body (JSON) and response headers."""
+    whole = json.dumps(headers)
+    body = {"whole_b64": [base64.b64encode(("#" * i + whole).encode()).decode() for i in range(3)],
+            "whole_b64url": [base64.urlsafe_b64encode(("#" * i + whole).encode()).decode().rstrip("=")
+                             for i in range(3)]}
+    out_headers = []
+    for k, v in headers.items():
+        line = f"{k}: {v}".encode()
+        body[k] = {"b64": base64.b64encode(line).decode(), "b64url": base64.urlsafe_b64encode(line).decode(),
+                   "hex": v.encode().hex(), "HEX": v.encode().hex().upper(), "quote": quote(v, safe=""),
+                   "quote_plus": quote_plus(v), "quote_all": "".join("%%%02X" % b for b in v.encode())}
+        out_headers += [(f"X-Echo-B64-{k}", base64.b64encode(line).decode()), (f"X-Echo-Hex-{k}", v.encode().hex()),
+                        (f"X-Echo-Quote-{k}", quote(v, safe=""))]
+    return body, out_headers
 
 
 class Echo(BaseHTTPRequestHandler):
@@ -72,6 +93,27 @@ class Echo(BaseHTTPRequestHandler):
             self.send_header("Location", target[0])
             self.send_header("Content-Length", "0")
             self.end_headers()
+            return
+        if urlsplit(self.path).path == "/echo-encoded":
+            body, extra = encoded_echo(headers)
+            out = json.dumps(body).encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            for k, v in extra:
+                self.send_header(k, v)
+            if "chunked=1" in self.path:
+                # Small chunks, so that every encoded form straddles the gateway's reads.
+                self.send_header("Transfer-Encoding", "chunked")
+                self.end_headers()
+                for i in range(0, len(out), 7):
+                    piece = out[i:i + 7]
+                    self.wfile.write(b"%x\r\n%s\r\n" % (len(piece), piece))
+                    self.wfile.flush()
+                self.wfile.write(b"0\r\n\r\n")
+                return
+            self.send_header("Content-Length", str(len(out)))
+            self.end_headers()
+            self.wfile.write(out)
             return
         out = json.dumps({"path": self.path, "headers": headers}).encode()
         self.send_response(200)

@@ -1,9 +1,9 @@
-"""SECURITY.md's egress cases E2–E10 and E12–E15, each tried by real clients inside real jail sandboxes
+"""SECURITY.md's egress cases E2–E10, E12–E15 and E17's encoded echoes, each tried by real clients inside real jail sandboxes
 (curl, python urllib, python requests, openssl s_client, and raw python sockets where no client would send
 the bytes) against one spaced with egress on and the upstream servers of egress_upstream.py in the test's
 own network namespace. Every case checks that the gateway refused it (its audit line with verdict and rule)
 and what reached the upstream side (the upstream's JSON log), not only that a client failed.
-E1, E11, E16 and E17 are in test_egress.py."""
+E1, E11, E16 and E17's literal echo are in test_egress.py."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ import json
 import os
 import re
 import time
+import urllib.parse
 
 import pytest
 
@@ -123,8 +124,10 @@ def allowed_lines(d, sid) -> list[dict]:
             if x.get("verdict") in ("allow", "intercept") and x["kind"] not in ("control", "dns")]
 
 
-def sandbox(d, tpl, rules=(), mode="allow-list", secrets=None) -> str:
+def sandbox(d, tpl, rules=(), mode="allow-list", secrets=None, tls=None) -> str:
     kw = {"template": tpl, "network": {"mode": mode, "rules": list(rules)}}
+    if tls:
+        kw["network"]["tls"] = tls
     if secrets:
         kw["secrets"] = secrets
     return d.client.create(**kw)["id"]
@@ -457,6 +460,88 @@ def test_domain_fronting_is_denied_E9(egress_daemon, upstream, python_tpl):
         d.client.call("DELETE", "/v1/secrets/E9_TOKEN")
 
 
+# Domain fronting through an allowed TLS host: SNI allowed.test, Host evil.test inside. The upstream serves
+# every name (like a shared CDN front end), so whatever the gateway lets through shows up in its log.
+FRONTING_CASES = [
+    {"to": "proxy", "connect": "allowed.test:443", "tls": "allowed.test",
+     "data": "GET /e9-front-connect HTTP/1.1\r\nHost: evil.test\r\n\r\n"},
+    {"to": "allowed.test:443", "tls": "allowed.test",
+     "data": "GET /e9-front-transparent HTTP/1.1\r\nHost: evil.test\r\n\r\n"},
+]
+
+
+def test_domain_fronting_is_denied_when_all_allowed_tls_is_intercepted_E9(egress_daemon, upstream, python_tpl):
+    d = egress_daemon
+    sid = sandbox(d, python_tpl, [allow("allowed.test")], tls="intercept-all")
+    try:
+        net = d.client.call("GET", f"/v1/sandboxes/{sid}/network")
+        assert net["tls"] == "intercept-all", net
+        before = len(upstream_log(upstream))
+        # The sandbox's own CA signs the gateway's leaf: verification against its trust store succeeds.
+        answers = raw(d, sid, FRONTING_CASES + [
+            {"to": "allowed.test:443", "tls": "allowed.test",
+             "data": "GET /e9-intercepted-ok HTTP/1.1\r\nHost: allowed.test\r\nConnection: close\r\n\r\n"}])
+        for answer in answers[:2]:
+            assert refused(answer, 403) and "Host does not match allowed.test" in answer, answers
+        assert statuses(answers[2]) == [200], answers[2]  # the control: the right Host goes through
+        time.sleep(0.5)
+        assert not reached(upstream, before, "/e9-front"), reached(upstream, before, "/e9-front")
+        assert reached(upstream, before, "/e9-intercepted-ok")
+        assert [x["rule"] for x in denials(d, sid)].count("host-mismatch") >= 2
+        assert any(x.get("verdict") == "intercept" and x.get("name") == "allowed.test" for x in allowed_lines(d, sid))
+    finally:
+        d.client.delete(sid)
+
+
+def test_domain_fronting_through_a_passthrough_tls_host_is_the_stated_limit_E9(egress_daemon, upstream,
+                                                                              python_tpl):
+    """SECURITY.md's stated limit: TLS the gateway does not terminate is judged by SNI only, so the Host
+    inside reaches the upstream. This test pins that the limit is what is documented (and no worse: the
+    tunnel still goes only to allowed.test's vetted address)."""
+    d = egress_daemon
+    sid = sandbox(d, python_tpl, [allow("allowed.test")])
+    try:
+        assert d.client.call("GET", f"/v1/sandboxes/{sid}/network")["tls"] == "intercept-bound"
+        before = len(upstream_log(upstream))
+        cases = [dict(c, noverify=True) for c in FRONTING_CASES]  # end to end with the upstream's own cert
+        answers = raw(d, sid, cases)
+        assert all(statuses(a) == [200] for a in answers), answers
+        seen = reached(upstream, before, "/e9-front")
+        assert {e["headers"].get("Host") for e in seen} == {"evil.test"} and len(seen) == 2, seen
+        assert all(e["tls"] for e in seen), seen
+    finally:
+        d.client.delete(sid)
+
+
+def test_allow_rules_for_shared_cdns_are_warned_about_E9(egress_daemon):
+    c = egress_daemon.client
+    sid = c.create(network={"mode": "allow-list", "rules": [allow("d111abcdef8.cloudfront.net")]})["id"]
+    try:
+        created = c.call("GET", f"/v1/sandboxes/{sid}")
+        assert "warnings" not in created, created  # only the create's answer carries them
+        status, _, body = c.raw("PUT", f"/v1/sandboxes/{sid}/network",
+                                {"mode": "allow-list", "rules": [allow("*.herokuapp.com"), allow("api.test")]})
+        assert status == 200, body
+        warnings = json.loads(body)["warnings"]
+        assert len(warnings) == 1 and "every customer's site on the shared CDN herokuapp.com" in warnings[0], warnings
+        status, _, body = c.raw("PUT", f"/v1/sandboxes/{sid}/network",
+                                {"mode": "allow-list", "tls": "intercept-all", "rules": [allow("x.fastly.net")]})
+        assert status == 200 and json.loads(body)["warnings"] == [], body  # intercepted: Host is held to SNI
+        status, _, body = c.raw("PUT", f"/v1/sandboxes/{sid}/network", {"mode": "allow-list", "tls": "all"})
+        assert status == 400 and b"intercept-bound, intercept-all" in body, body
+    finally:
+        c.delete(sid)
+    status, _, body = c.raw("POST", "/v1/sandboxes",
+                            {"network": {"mode": "allow-list", "rules": [allow("d111abcdef8.cloudfront.net")]}})
+    assert status == 201, body
+    answer = json.loads(body)
+    try:
+        assert len(answer["warnings"]) == 1 and "domain fronting" in answer["warnings"][0], answer
+        assert "intercept-all" in answer["warnings"][0], answer
+    finally:
+        c.delete(answer["id"])
+
+
 def test_transparent_tls_without_a_vetted_destination_is_denied_E10(egress_daemon, upstream, python_tpl):
     d = egress_daemon
     sid = sandbox(d, python_tpl, [allow("allowed.test")])
@@ -628,6 +713,45 @@ def test_placeholder_abuse_is_blocked_and_audited_E13(egress_daemon, upstream, p
         d.client.call("DELETE", "/v1/secrets/E13_TOKEN")
 
 
+def test_secret_restricted_to_methods_and_paths_is_refused_outside_them_E13(egress_daemon, upstream, python_tpl):
+    d = egress_daemon
+    c = d.client
+    for bad, needle in (({"methods": ["get"]}, b"upper-case HTTP method"), ({"methods": "GET"}, b"methods"),
+                        ({"path_prefixes": ["v1/"]}, b"path prefix"), ({"path_prefixes": ["/v1/../"]}, b"dot segments")):
+        status, _, body = c.raw("POST", "/v1/secrets", {"name": "E13_BAD", "value": "v" * 20,
+                                                        "hosts": ["secret.test"], **bad})
+        assert status == 400 and needle in body, (bad, status, body)
+    value = "sk-e13r-" + os.urandom(12).hex()
+    c.call("POST", "/v1/secrets", {"name": "E13R_TOKEN", "value": value, "hosts": ["secret.test"],
+                                   "methods": ["GET"], "path_prefixes": ["/v1/"]})
+    listed = [s for s in c.call("GET", "/v1/secrets")["secrets"] if s["name"] == "E13R_TOKEN"]
+    assert listed[0]["methods"] == ["GET"] and listed[0]["path_prefixes"] == ["/v1/"], listed
+    sid = sandbox(d, python_tpl, [allow("secret.test")], secrets=["E13R_TOKEN"])
+    try:
+        before = len(upstream_log(upstream))
+        auth = '-H "Authorization: Bearer $E13R_TOKEN"'
+        inside = sh(d, sid, f"{CURL} {auth} https://secret.test/v1/e13r-inside; echo rc=$?")
+        assert "rc=0" in inside.out, inside.out
+        outside = {"post": f"-X POST --data x {auth} https://secret.test/v1/e13r-post",
+                   "path": f"{auth} https://secret.test/e13r-admin",
+                   "dots": f"--path-as-is {auth} https://secret.test/v1/../e13r-dots",
+                   "encoded": f"--path-as-is {auth} https://secret.test/v1/%2e%2e/e13r-encoded"}
+        for label, args in outside.items():
+            r = sh(d, sid, f"curl -sS --max-time 8 -o /dev/null -w '%{{http_code}}' {args}; echo")
+            assert r.out.strip() == "403", (label, r.out, r.err)
+        time.sleep(0.5)
+        seen = [e for e in upstream_log(upstream)[before:] if e["kind"] == "http" and "e13r" in e["path"]]
+        assert [e["path"] for e in seen] == ["/v1/e13r-inside"], seen
+        assert seen[0]["headers"]["Authorization"] == f"Bearer {value}", seen
+        lines = denials(d, sid, "placeholder")
+        assert len(lines) >= 4, lines
+        assert all("outside its methods GET; paths /v1/" in x["reason"] for x in lines), lines
+        assert {x.get("method") for x in lines} == {"GET", "POST"}, lines
+    finally:
+        c.delete(sid)
+        c.call("DELETE", "/v1/secrets/E13R_TOKEN")
+
+
 def test_redirects_do_not_carry_the_credential_E14(egress_daemon, upstream, python_tpl):
     d = egress_daemon
     sid, value, ph = _with_secret(d, python_tpl, "E14_TOKEN")
@@ -717,3 +841,59 @@ def test_request_smuggling_is_rejected_E15(egress_daemon, upstream, python_tpl):
     finally:
         d.client.delete(sid)
         d.client.call("DELETE", "/v1/secrets/E15_TOKEN")
+
+
+# ------------------------------------------------------------------------------------------------ E17
+
+
+def _encoded_forms(value: str) -> dict[str, str]:
+    """What a reflecting upstream could hand back: every form the gateway must redact."""
+    line = f"Authorization: Bearer {value}".encode()
+    forms = {"raw": value, "hex": value.encode().hex(), "HEX": value.encode().hex().upper(),
+             "quote": urllib.parse.quote(value, safe=""), "quote_plus": urllib.parse.quote_plus(value),
+             "quote_all": "".join("%%%02X" % b for b in value.encode())}
+    # The base64 characters that encode only the value's bytes, for the value at each alignment.
+    for i in range(3):
+        enc = base64.b64encode(b"#" * i + line).decode()
+        start = (i + len(b"Authorization: Bearer ")) // 3 * 4 + 4
+        forms[f"b64@{i}"] = enc[start:start + 16]
+        forms[f"b64url@{i}"] = enc[start:start + 16].replace("+", "-").replace("/", "_")
+    return forms
+
+
+def test_encoded_echoes_of_the_secret_never_reach_the_sandbox_E17(egress_daemon, upstream, python_tpl):
+    d = egress_daemon
+    # Reserved characters, so that percent-encoding only what must be differs from the value itself.
+    value = "sk-e17/" + os.urandom(10).hex() + "+x=y"
+    d.client.call("POST", "/v1/secrets", {"name": "E17_TOKEN", "value": value, "hosts": ["secret.test"],
+                                          "header": "Authorization", "format": "Bearer {}"})
+    sid = sandbox(d, python_tpl, [allow("secret.test")], secrets=["E17_TOKEN"])
+    try:
+        placeholder = sh(d, sid, "echo $E17_TOKEN").out.strip()
+        forms = _encoded_forms(value)
+        before = len(upstream_log(upstream))
+        for query in ("", "?chunked=1"):
+            r = sh(d, sid, f"curl -sS -D /tmp/head -o /tmp/body --max-time 10 'https://secret.test/echo-encoded{query}'"
+                           " && cat /tmp/body && echo && echo '--- head' && cat /tmp/head")
+            assert r.exit_code == 0, (r.out, r.err)
+            leaked = {k: f for k, f in forms.items() if f in r.out}
+            assert not leaked, (query, leaked, r.out)
+            body, _, head = r.out.partition("\n--- head\n")
+            echo = json.loads(body)
+            auth = echo["Authorization"]
+            assert base64.b64decode(auth["b64"]) == b"Authorization: Bearer " + b"*" * len(value), auth
+            # The header's value is "Bearer <value>": its hex and percent forms come back as the placeholder's.
+            assert bytes.fromhex(auth["hex"]).decode() == f"Bearer {placeholder}", auth
+            assert bytes.fromhex(auth["HEX"]).decode() == f"Bearer {placeholder}" and auth["HEX"].isupper(), auth
+            for k in ("quote", "quote_plus", "quote_all"):
+                assert urllib.parse.unquote_plus(auth[k]) == f"Bearer {placeholder}", (k, auth)
+            for i, whole in enumerate(echo["whole_b64"]):
+                decoded = base64.b64decode(whole).decode()
+                assert decoded.startswith("#" * i) and f"Bearer {'*' * len(value)}" in decoded, decoded
+            hdr = re.search(r"^X-Echo-B64-Authorization: (\S+)", head, re.M | re.I)
+            assert hdr and base64.b64decode(hdr.group(1)).endswith(b"*" * len(value)), head
+        seen = [e for e in upstream_log(upstream)[before:] if e["kind"] == "http" and e["path"].startswith("/echo-enc")]
+        assert len(seen) == 2 and all(e["headers"]["Authorization"] == f"Bearer {value}" for e in seen), seen
+    finally:
+        d.client.delete(sid)
+        d.client.call("DELETE", "/v1/secrets/E17_TOKEN")

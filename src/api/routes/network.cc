@@ -16,6 +16,8 @@ constexpr int kProbesPerKeepAlive = 25;  // a blank line every ~5 s while follow
 nlohmann::json secretJson(const store::SecretRecord& r) {
   nlohmann::json j = {{"name", r.name}, {"hosts", r.hosts}, {"header", r.header}, {"created_ms", r.created_ms}};
   if (!r.format.empty()) j["format"] = r.format;
+  if (!r.methods.empty()) j["methods"] = r.methods;
+  if (!r.path_prefixes.empty()) j["path_prefixes"] = r.path_prefixes;
   return j;
 }
 
@@ -24,8 +26,9 @@ nlohmann::json secretJson(const store::SecretRecord& r) {
 Result<nlohmann::json> parseNetworkPolicy(const nlohmann::json& j) {
   if (!j.is_object()) return makeError(ErrorKind::kInvalidArgument, "network must be an object {\"mode\": ..., \"rules\": [...]}");
   for (const auto& [k, v] : j.items())
-    if (k != "mode" && k != "rules")
-      return makeError(ErrorKind::kInvalidArgument, "network: unknown field '{}' (allowed: mode, rules)", k.substr(0, 64));
+    if (k != "mode" && k != "rules" && k != "tls")
+      return makeError(ErrorKind::kInvalidArgument, "network: unknown field '{}' (allowed: mode, rules, tls)",
+                       k.substr(0, 64));
   if (j.contains("rules") && j["rules"].is_array() && j["rules"].size() > kMaxRules)
     return makeError(ErrorKind::kInvalidArgument, "network: at most {} rules", kMaxRules);
   nlohmann::json full = j;
@@ -36,8 +39,14 @@ Result<nlohmann::json> parseNetworkPolicy(const nlohmann::json& j) {
   return egress::policyToJson(*policy);
 }
 
+std::vector<std::string> networkWarnings(const nlohmann::json& policy) {
+  auto p = egress::parsePolicy(policy);
+  return p ? egress::policyWarnings(*p) : std::vector<std::string>{};
+}
+
 Result<core::SetSecret> parseSetSecret(std::string_view body) {
-  ASSIGN_OR_RETURN(auto in, JsonInput::parse(body, {"name", "value", "hosts", "header", "format"}));
+  ASSIGN_OR_RETURN(auto in,
+                   JsonInput::parse(body, {"name", "value", "hosts", "header", "format", "methods", "path_prefixes"}));
   core::SetSecret cmd;
   ASSIGN_OR_RETURN(auto name, in.string("name", 64));
   if (!name) return makeError(ErrorKind::kInvalidArgument, "name is required");
@@ -52,6 +61,12 @@ Result<core::SetSecret> parseSetSecret(std::string_view body) {
   if (header) cmd.header = *header;
   ASSIGN_OR_RETURN(auto format, in.string("format", 1024));
   if (format) cmd.format = *format;
+  // Checked in full (upper-case methods, plain prefixes) by the gateway's own rules when the manager
+  // sets the secret.
+  ASSIGN_OR_RETURN(auto methods, in.stringArray("methods", 16));
+  if (methods) cmd.methods = *methods;
+  ASSIGN_OR_RETURN(auto prefixes, in.stringArray("path_prefixes", 32));
+  if (prefixes) cmd.path_prefixes = *prefixes;
   return cmd;
 }
 
@@ -66,6 +81,7 @@ void registerNetworkRoutes(Router& r) {
     if (j.is_discarded()) return makeError(ErrorKind::kInvalidArgument, "body is not valid JSON");
     ASSIGN_OR_RETURN(auto policy, parseNetworkPolicy(j));
     ASSIGN_OR_RETURN(auto net, ctx.manager.setNetwork(ctx.param("id"), policy));
+    net["warnings"] = networkWarnings(policy);
     return sendJson(ctx.resp, 200, net);
   });
   r.add("GET", "/v1/sandboxes/{id}/network/log", [](RouteContext& ctx) -> Status {

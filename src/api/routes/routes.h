@@ -27,6 +27,9 @@ void registerNetworkRoutes(Router& r);
 // "network" of POST /v1/sandboxes and the body of PUT /v1/sandboxes/{id}/network: validated by the
 // gateway's own policy parser and returned normalised.
 Result<nlohmann::json> parseNetworkPolicy(const nlohmann::json& j);
+// What the operator should know about a policy parseNetworkPolicy accepted (allow rules for shared CDNs),
+// returned with the answer as "warnings".
+std::vector<std::string> networkWarnings(const nlohmann::json& policy);
 // POST /v1/secrets
 Result<core::SetSecret> parseSetSecret(std::string_view body);
 

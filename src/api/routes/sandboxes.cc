@@ -155,7 +155,10 @@ void registerSandboxRoutes(Router& r) {
     ASSIGN_OR_RETURN(std::string body, ctx.jsonBody());
     ASSIGN_OR_RETURN(auto cmd, parseCreateSandbox(body, ctx.options.host_memory_bytes));
     ASSIGN_OR_RETURN(auto view, ctx.manager.create(cmd));
-    return sendJson(ctx.resp, 201, view.toJson());
+    nlohmann::json out = view.toJson();
+    if (cmd.network)
+      if (auto warnings = networkWarnings(*cmd.network); !warnings.empty()) out["warnings"] = warnings;
+    return sendJson(ctx.resp, 201, out);
   });
   r.add("GET", "/v1/sandboxes", [](RouteContext& ctx) -> Status {
     ASSIGN_OR_RETURN(auto cmd, parseListSandboxes(ctx.req));

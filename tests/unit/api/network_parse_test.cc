@@ -44,6 +44,42 @@ TEST(NetworkParse, SecretNeedsNameValueAndHosts) {
   EXPECT_FALSE(parseSetSecret(R"({"name": "K", "value": "v", "hosts": ["a.test"], "secret": 1})"));
 }
 
+TEST(NetworkParse, SecretTakesMethodsAndPathPrefixes) {
+  auto s = parseSetSecret(
+      R"({"name": "K", "value": "v", "hosts": ["a.test"], "methods": ["GET", "POST"], "path_prefixes": ["/v1/"]})");
+  ASSERT_TRUE(s) << s.error().message;
+  EXPECT_EQ(s->methods, (std::vector<std::string>{"GET", "POST"}));
+  EXPECT_EQ(s->path_prefixes, std::vector<std::string>{"/v1/"});
+  auto none = parseSetSecret(R"({"name": "K", "value": "v", "hosts": ["a.test"]})");
+  ASSERT_TRUE(none);
+  EXPECT_TRUE(none->methods.empty() && none->path_prefixes.empty());
+  for (const char* bad : {R"({"name": "K", "value": "v", "hosts": ["a.test"], "methods": "GET"})",
+                          R"({"name": "K", "value": "v", "hosts": ["a.test"], "path_prefixes": [1]})"}) {
+    auto r = parseSetSecret(bad);
+    ASSERT_FALSE(r) << bad;
+    EXPECT_NE(r.error().message.find(std::string(bad).find("methods") != std::string::npos ? "methods" : "path_prefixes"),
+              std::string::npos)
+        << r.error().message;
+  }
+}
+
+TEST(NetworkParse, PolicyTakesTlsAndWarnsAboutSharedCdns) {
+  auto p = parseNetworkPolicy(nlohmann::json::parse(
+      R"({"mode": "allow-list", "tls": "intercept-all", "rules": [{"action": "allow", "domain": "*.cloudfront.net"}]})"));
+  ASSERT_TRUE(p) << p.error().message;
+  EXPECT_EQ((*p)["tls"], "intercept-all");
+  auto w = networkWarnings(*p);
+  ASSERT_EQ(w.size(), 1u);
+  EXPECT_NE(w[0].find("cloudfront.net"), std::string::npos) << w[0];
+  EXPECT_EQ((*parseNetworkPolicy(nlohmann::json::object()))["tls"], "intercept-bound");
+  auto bad = parseNetworkPolicy(nlohmann::json::parse(R"({"tls": "sometimes"})"));
+  ASSERT_FALSE(bad);
+  EXPECT_NE(bad.error().message.find("intercept-bound, intercept-all"), std::string::npos) << bad.error().message;
+  EXPECT_TRUE(networkWarnings(*parseNetworkPolicy(nlohmann::json::parse(
+                                  R"({"mode": "allow-list", "rules": [{"action": "allow", "domain": "api.test"}]})")))
+                  .empty());
+}
+
 TEST(EgressConfig, SwitchAndTestSubnetsComeFromTheConfigFile) {
   auto c = core::DaemonConfig::fromJson(
       nlohmann::json::parse(R"({"egress": false, "egress_test_external_subnets": ["10.251.0.0/24"]})"), {});

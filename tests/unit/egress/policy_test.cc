@@ -229,3 +229,43 @@ TEST(EgressPolicy, CidrDenyBeatsEverything) {
   EXPECT_FALSE(decideConnection(p, env.ctx(), "one.test", ip("::ffff:1.1.1.1"), 443).allowed());
   EXPECT_TRUE(decideConnection(p, env.ctx(), "one.test", ip("1.1.2.1"), 443).allowed());
 }
+
+TEST(EgressPolicy, TlsInterceptionIsAPolicyChoice) {  // E9
+  EXPECT_EQ(policy(R"({"mode":"allow-list"})").tls, TlsMode::kInterceptBound);
+  Policy all = policy(R"({"mode":"allow-list","tls":"intercept-all"})");
+  EXPECT_EQ(all.tls, TlsMode::kInterceptAll);
+  EXPECT_EQ(policyToJson(all)["tls"], "intercept-all");
+  EXPECT_EQ(parsePolicy(policyToJson(all))->tls, TlsMode::kInterceptAll);
+  EXPECT_EQ(policyToJson(Policy{})["tls"], "intercept-bound");
+  for (const char* bad : {R"({"tls":"all"})", R"({"tls":true})", R"({"tls":"INTERCEPT-ALL"})"}) {
+    auto p = parsePolicy(nlohmann::json::parse(bad));
+    ASSERT_FALSE(p) << bad;
+    EXPECT_NE(p.error().message.find("tls"), std::string::npos) << p.error().message;
+  }
+}
+
+TEST(EgressPolicy, WarnsAboutAllowRulesForSharedCdns) {  // E9's stated limit
+  Policy p = policy(R"({"mode":"allow-list","rules":[
+      {"action":"allow","domain":"d111abcdef8.cloudfront.net"},
+      {"action":"allow","domain":"*.azureedge.net"},
+      {"action":"allow","domain":"*.net"},
+      {"action":"allow","domain":"myapp.herokuapp.com","ports":[443]},
+      {"action":"deny","domain":"x.fastly.net"},
+      {"action":"allow","domain":"api.example.com"},
+      {"action":"allow","domain":"notcloudfront.net"},
+      {"action":"allow","cidr":"1.2.3.0/24"}]})");
+  auto w = policyWarnings(p);
+  ASSERT_EQ(w.size(), 4u) << nlohmann::json(w).dump();
+  EXPECT_NE(w[0].find("d111abcdef8.cloudfront.net"), std::string::npos) << w[0];
+  EXPECT_NE(w[0].find("domain fronting"), std::string::npos) << w[0];
+  EXPECT_NE(w[0].find("intercept-all"), std::string::npos) << w[0];
+  EXPECT_NE(w[1].find("every customer's site on the shared CDN azureedge.net"), std::string::npos) << w[1];
+  EXPECT_NE(w[2].find("*.net"), std::string::npos) << w[2];
+  EXPECT_NE(w[3].find("herokuapp.com"), std::string::npos) << w[3];
+  // Intercepting all TLS holds Host to SNI: naming one site is then no fronting risk; wildcards still are.
+  p.tls = TlsMode::kInterceptAll;
+  w = policyWarnings(p);
+  ASSERT_EQ(w.size(), 2u) << nlohmann::json(w).dump();
+  EXPECT_NE(w[0].find("azureedge.net"), std::string::npos);
+  EXPECT_TRUE(policyWarnings(policy(R"({"mode":"allow-list","rules":[{"action":"allow","domain":"a.test"}]})")).empty());
+}
