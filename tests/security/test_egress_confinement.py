@@ -117,6 +117,7 @@ def test_v8_the_gateway_refuses_a_neighbours_source_on_the_wrong_link(egress_dae
     neighbour = d.client.create(network=wildcard)["id"]
     attacker = create(d)  # deny-all
     saved = run("nft", "list", "chain", "inet", "space", "antispoof").stdout
+    gateway = d.egress_pid()
     rule = table = None
     try:
         n_net = d.client.call("GET", f"/v1/sandboxes/{neighbour}/network")
@@ -175,6 +176,7 @@ EOF
         assert {x["kind"] for x in wrong} >= {"dns", "connect"}, wrong
         assert all(x.get("sandbox", "") == "" and x["source"] == n_ip and a_link in x["reason"] for x in wrong), wrong
         assert control(d, {"op": "stats"})["wrong_link"] >= wrong_before + 2
+        assert d.egress_pid() == gateway, "the gateway restarted (a seccomp kill?): see egress.log"
         # Control: the neighbour itself is served on its own link.
         r = sh(d, neighbour, f"nslookup ok-{label}.allowed.test; echo rc=$?")
         time.sleep(0.5)

@@ -75,6 +75,7 @@ const std::vector<std::string> kGoldenRules = {
     "allow getuid",
     "allow ioctl [1 eq 21531]",
     "allow ioctl [1 eq 21537]",
+    "allow ioctl [1 eq 35088]",
     "allow ioctl [1 eq 35123]",
     "allow listen",
     "allow lseek",
