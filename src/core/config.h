@@ -67,7 +67,7 @@ struct DaemonConfig {
   // regular accounts; one per host (there is one gateway per host). Never 0.
   uint32_t egress_uid = kDefaultEgressUid;
   uint32_t egress_gid = kDefaultEgressUid;
-  std::string egress_seccomp_policy;       // default: egress.json beside seccomp_policy
+  std::string egress_seccomp_policy;  // default: egress.json beside seccomp_policy
   // DANGER, tests only: CIDRs whose private addresses space-egress treats as public. Settable only in the
   // daemon's config file (no flag, no API); handed to space-egress's config file; logged loudly.
   std::vector<std::string> egress_test_external_subnets;

@@ -163,10 +163,12 @@ Status EgressSupervisor::spawn() {
     dup2(devnull.get(), 0);
     dup2(log.get(), 1);
     dup2(log.get(), 2);
-    // control's descriptor is above kControlFd (0-2 are taken, and nothing closed below it since), so
-    // dup2 never targets its own source; the copy is without close-on-exec.
-    if (control.get() == kControlFd) fcntl(kControlFd, F_SETFD, 0);
-    else dup2(control.get(), kControlFd);
+    // The control socket goes to kControlFd without close-on-exec: where it sits there already (it is never
+    // 0-2, spaced's own stdio when it was opened), only the flag is cleared; dup2 makes a copy without it.
+    if (control.get() == kControlFd)
+      fcntl(kControlFd, F_SETFD, 0);
+    else
+      dup2(control.get(), kControlFd);
     syscall(SYS_close_range, kControlFd + 1u, ~0u, 0u);
     sigset_t none;
     sigemptyset(&none);

@@ -81,8 +81,10 @@ std::shared_ptr<const Sandbox> Gateway::Impl::senderOrAudit(const IpAddress& src
     char name[IF_NAMESIZE] = "?";
     if (ifindex > 0 && !if_indextoname(static_cast<unsigned>(ifindex), name)) std::strcpy(name, "?");
     rec.rule = "wrong-link";
-    rec.reason = fmt::format("arrived on interface {} (index {}), not on the link of the sandbox this address "
-                             "belongs to: an unknown sender", name, ifindex);
+    rec.reason = fmt::format(
+        "arrived on interface {} (index {}), not on the link of the sandbox this address "
+        "belongs to: an unknown sender",
+        name, ifindex);
   } else {
     rec.rule = "unknown-source";
     rec.reason = "the source address belongs to no sandbox";

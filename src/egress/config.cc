@@ -47,7 +47,8 @@ Result<ConfineConfig> parseConfine(const nlohmann::json& v) {
     else
       return makeError(ErrorKind::kInvalidArgument, "unknown confine key '{}'", k);
   }
-  if (c.uid == 0 || c.gid == 0) return makeError(ErrorKind::kInvalidArgument, "confine: uid and gid must be given, not 0");
+  if (c.uid == 0 || c.gid == 0)
+    return makeError(ErrorKind::kInvalidArgument, "confine: uid and gid must be given, not 0");
   for (const auto& [name, path] : {std::pair{"root_dir", &c.root_dir}, {"seccomp_policy", &c.seccomp_policy}})
     if (path->empty() || path->front() != '/')
       return makeError(ErrorKind::kInvalidArgument, "confine: {} must be an absolute path", name);

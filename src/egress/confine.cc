@@ -165,7 +165,8 @@ Status clearCapabilities() {
   if (cap_set_proc(none.get()) < 0) return sysError(errno, "cap_set_proc(empty)");
   std::unique_ptr<std::remove_pointer_t<cap_t>, decltype(&cap_free)> now(cap_get_proc(), cap_free);
   if (!now) return sysError(errno, "cap_get_proc");
-  if (cap_compare(now.get(), none.get()) != 0) return makeError(ErrorKind::kInternal, "capabilities remain after clearing");
+  if (cap_compare(now.get(), none.get()) != 0)
+    return makeError(ErrorKind::kInternal, "capabilities remain after clearing");
   return ok();
 }
 
@@ -186,7 +187,8 @@ std::vector<ConfineStep> confinementSteps(const Confinement& c) {
                      return ok();
                    }});
   for (const auto& dir : c.writable)
-    steps.push_back({"hand " + dir + " to uid " + std::to_string(c.uid), [&c, dir] { return handOver(dir, c.uid, c.gid); }});
+    steps.push_back(
+        {"hand " + dir + " to uid " + std::to_string(c.uid), [&c, dir] { return handOver(dir, c.uid, c.gid); }});
   steps.push_back({"enter a mount namespace of its own", enterMountNamespace});
   steps.push_back({"mount an empty tmpfs at " + c.root_dir, [&c] { return mountRoot(c.root_dir); }});
   for (const auto& p : c.writable)

@@ -26,7 +26,7 @@ struct Confinement {
   std::vector<std::string> writable;   // host directories it writes (the audit directory), same path inside
   std::vector<std::string> read_only;  // host paths it reads after the drop, same path inside
   std::vector<std::string> devices = {"/dev/null", "/dev/urandom"};
-  std::string seccomp_policy;          // JSON text of policies/seccomp/egress.json
+  std::string seccomp_policy;  // JSON text of policies/seccomp/egress.json
 };
 
 struct ConfineStep {

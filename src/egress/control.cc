@@ -1,15 +1,13 @@
 #include "egress/control.h"
 
+#include <net/if.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
 #include <unistd.h>
 
-#include <net/if.h>
-
 #include <cctype>
 #include <cstring>
-
 #include <nlohmann/json.hpp>
 
 #include "egress/asio.h"
@@ -218,9 +216,13 @@ nlohmann::json handleControl(Registry& registry, Audit& audit, const nlohmann::j
     for (const auto& c : sb->sources) sources.push_back(c.str());
     for (const auto& b : sb->secrets)  // never the value
       secrets.push_back({{"name", b.name}, {"hosts", b.hosts}, {"header", b.header}, {"format", b.format}});
-    return {{"ok", true},         {"id", sb->id},
-            {"sources", sources}, {"link", sb->link}, {"policy", policyToJson(sb->policy)},
-            {"secrets", secrets}, {"ca_cert_pem", sb->ca->certPem()}};
+    return {{"ok", true},
+            {"id", sb->id},
+            {"sources", sources},
+            {"link", sb->link},
+            {"policy", policyToJson(sb->policy)},
+            {"secrets", secrets},
+            {"ca_cert_pem", sb->ca->certPem()}};
   }
   if (op == "stats") return statsReply(audit, gateway_stats);
   return errorReply(Error{ErrorKind::kInvalidArgument, 0, fmt::format("unknown op '{}'", op)});

@@ -54,8 +54,8 @@ Result<Confinement> confinementFor(const Config& cfg) {
   if (cfg.audit_log != "-" && !cfg.audit_log.empty()) {
     size_t slash = cfg.audit_log.rfind('/');
     if (slash == std::string::npos || slash == 0)
-      return makeError(ErrorKind::kInvalidArgument, "audit_log {} must be an absolute path below a directory of its own",
-                       cfg.audit_log);
+      return makeError(ErrorKind::kInvalidArgument,
+                       "audit_log {} must be an absolute path below a directory of its own", cfg.audit_log);
     c.writable.push_back(cfg.audit_log.substr(0, slash));
   }
   return c;
@@ -118,8 +118,9 @@ int main(int argc, char** argv) {
     if (!confinement) return fail(confinement.error());
     if (auto st = confineGateway(*confinement); !st) return fail(st.error());
   } else {
-    fprintf(stderr, "space-egress: WARNING: not confined (the config has no \"confine\"): this process keeps the "
-                    "privileges it was started with\n");
+    fprintf(stderr,
+            "space-egress: WARNING: not confined (the config has no \"confine\"): this process keeps the "
+            "privileges it was started with\n");
   }
 
   // --- Confined from here on (when configured): everything below runs as the gateway's own uid, in its
@@ -163,8 +164,7 @@ int main(int argc, char** argv) {
   auto gateway = Gateway::create(io, registry, cache, **audit, opts);
   if (!gateway) return fail(gateway.error());
   Gateway* gw = gateway->get();
-  auto control =
-      ControlServer::serve(io, std::move(control_listener), registry, **audit, [gw] { return gw->stats(); });
+  auto control = ControlServer::serve(io, std::move(control_listener), registry, **audit, [gw] { return gw->stats(); });
   if (!control) return fail(control.error());
   fprintf(stderr, "space-egress: transparent :%u, proxy :%u, dns :%u, control %s%s\n", (*gateway)->transparentPort(),
           (*gateway)->proxyPort(), (*gateway)->dnsPort(), cfg.control_socket.c_str(),

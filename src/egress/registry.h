@@ -1,6 +1,7 @@
 // The sandboxes space-egress serves, keyed by the source subnet that identifies each (pushed by spaced over
-// the control socket), and checked against the host link each sandbox's traffic must arrive on (V8). Connections take a snapshot (shared_ptr<const Sandbox>) so an update never changes
-// the rules under a request in flight; new connections and requests see the update.
+// the control socket), and checked against the host link each sandbox's traffic must arrive on (V8). Connections take a
+// snapshot (shared_ptr<const Sandbox>) so an update never changes the rules under a request in flight; new connections
+// and requests see the update.
 #pragma once
 
 #include <map>

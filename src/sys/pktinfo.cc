@@ -17,8 +17,7 @@ int ifindexFrom(msghdr& msg) {
       std::memcpy(&info, CMSG_DATA(c), sizeof info);  // CMSG_DATA need not be aligned for the struct
       return info.ipi_ifindex;
     }
-    if (c->cmsg_level == IPPROTO_IPV6 && c->cmsg_type == IPV6_PKTINFO &&
-        c->cmsg_len >= CMSG_LEN(sizeof(in6_pktinfo))) {
+    if (c->cmsg_level == IPPROTO_IPV6 && c->cmsg_type == IPV6_PKTINFO && c->cmsg_len >= CMSG_LEN(sizeof(in6_pktinfo))) {
       in6_pktinfo info;
       std::memcpy(&info, CMSG_DATA(c), sizeof info);
       return static_cast<int>(info.ipi6_ifindex);

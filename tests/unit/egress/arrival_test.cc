@@ -54,8 +54,8 @@ class EgressArrival : public EgressGateway {
     EgressGateway::SetUp();
     // 127.0.0.3 on its own link (lo, where loopback packets arrive); 127.0.0.4 claims a link that is not
     // where its packets arrive: a neighbour's address sent from the wrong link.
-    for (const auto& [id, src, link] : {std::tuple{"sb-lo", "127.0.0.3/32", "lo"},
-                                        std::tuple{"sb-neighbour", "127.0.0.4/32", "spcnosuchlink"}}) {
+    for (const auto& [id, src, link] :
+         {std::tuple{"sb-lo", "127.0.0.3/32", "lo"}, std::tuple{"sb-neighbour", "127.0.0.4/32", "spcnosuchlink"}}) {
       nlohmann::json sb = {{"id", id}, {"sources", {src}}, {"link", link}};
       auto reply = handleControl(registry_, *audit_, {{"op", "register"}, {"sandbox", sb}});
       ASSERT_TRUE(reply["ok"].get<bool>()) << reply.dump();

@@ -139,7 +139,8 @@ std::vector<std::string> ruleLines(const nlohmann::json& policy) {
       if (a.contains("mask")) args += " " + std::to_string(a["mask"].get<uint64_t>());
       args += " " + std::to_string(a["value"].get<uint64_t>()) + "]";
     }
-    for (const auto& s : r["syscalls"]) out.push_back(r["action"].get<std::string>() + " " + s.get<std::string>() + args);
+    for (const auto& s : r["syscalls"])
+      out.push_back(r["action"].get<std::string>() + " " + s.get<std::string>() + args);
   }
   std::sort(out.begin(), out.end());
   return out;
@@ -189,12 +190,14 @@ TEST(EgressSeccompPolicy, GoldenDecisions) {
       {"getpid", [] { return syscall(SYS_getpid); }},
       {"socket(AF_INET)", [] { return syscall(SYS_socket, AF_INET, SOCK_STREAM, 0); }},
       {"socket(AF_INET6)", [] { return syscall(SYS_socket, AF_INET6, SOCK_DGRAM, 0); }},
-      {"a thread", [] {
+      {"a thread",
+       [] {
          std::thread t([] {});
          t.join();
          return 0L;
        }},
-      {"ioctl(FIONBIO)", [] {
+      {"ioctl(FIONBIO)",
+       [] {
          int s = socket(AF_INET, SOCK_DGRAM, 0);
          int one = 1;
          return long(ioctl(s, FIONBIO, &one));
