@@ -37,6 +37,8 @@ void fillDefaults(core::DaemonConfig& c) {
     c.seccomp_policy = fs::exists(in_tree, ec) ? fs::weakly_canonical(in_tree, ec).string()
                                                : std::string("/usr/share/space/seccomp/default.json");
   }
+  if (c.egress_seccomp_policy.empty())
+    c.egress_seccomp_policy = (fs::path(c.seccomp_policy).parent_path() / "egress.json").string();
 }
 
 Result<nlohmann::json> readJsonFile(const std::string& path) {

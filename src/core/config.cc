@@ -4,6 +4,8 @@
 
 #include <cmath>
 
+#include "core/uid_blocks.h"
+
 namespace space::core {
 namespace {
 
@@ -151,6 +153,12 @@ Result<DaemonConfig> DaemonConfig::fromJson(const json& j, DaemonConfig base) {
       TRY(readString(v, key, c.egress_upstream_resolvers));
     } else if (key == "egress_upstream_ca_file") {
       TRY(readString(v, key, c.egress_upstream_ca_file));
+    } else if (key == "egress_uid" || key == "egress_gid") {
+      uint32_t& out = key == "egress_uid" ? c.egress_uid : c.egress_gid;
+      // Not root, and not inside the sandbox uid blocks: the gateway must share its uid with no sandbox.
+      TRY(readInt(v, key, out, 1, int64_t{kUidBase} - 1));
+    } else if (key == "egress_seccomp_policy") {
+      TRY(readString(v, key, c.egress_seccomp_policy));
     } else if (key == "egress_test_external_subnets") {
       if (!v.is_array()) return makeError(ErrorKind::kInvalidArgument, "config: {} must be an array of CIDR strings", key);
       c.egress_test_external_subnets.clear();
@@ -218,6 +226,9 @@ nlohmann::json DaemonConfig::toJson() const {
           {"egress_dns_port", egress_dns_port},
           {"egress_upstream_resolvers", egress_upstream_resolvers},
           {"egress_upstream_ca_file", egress_upstream_ca_file},
+          {"egress_uid", egress_uid},
+          {"egress_gid", egress_gid},
+          {"egress_seccomp_policy", egress_seccomp_policy},
           {"egress_test_external_subnets", egress_test_external_subnets}};
 }
 

@@ -12,6 +12,9 @@
 
 namespace space::core {
 
+// 0x0fff0000: below kUidBase (0x10000000, the first sandbox uid), outside the usual /etc/subuid ranges.
+inline constexpr uint32_t kDefaultEgressUid = 0x0fff0000;
+
 struct DaemonConfig {
   std::string socket_path = "/run/space/spaced.sock";
   std::string listen;                      // "HOST:PORT"; empty = no TCP listener
@@ -60,6 +63,11 @@ struct DaemonConfig {
   uint16_t egress_dns_port = 15053;
   std::string egress_upstream_resolvers;   // "1.1.1.1,9.9.9.9:53"; empty: the host's resolv.conf
   std::string egress_upstream_ca_file;     // CAs upstream certificates must chain to; empty: the system's
+  // The gateway's own host identity (SECURITY.md E18): below the sandbox uid blocks (uid_blocks.h), far above
+  // regular accounts; one per host (there is one gateway per host). Never 0.
+  uint32_t egress_uid = kDefaultEgressUid;
+  uint32_t egress_gid = kDefaultEgressUid;
+  std::string egress_seccomp_policy;  // default: egress.json beside seccomp_policy
   // DANGER, tests only: CIDRs whose private addresses space-egress treats as public. Settable only in the
   // daemon's config file (no flag, no API); handed to space-egress's config file; logged loudly.
   std::vector<std::string> egress_test_external_subnets;

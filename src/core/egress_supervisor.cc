@@ -14,6 +14,7 @@
 #include <fstream>
 
 #include "common/unique_fd.h"
+#include "egress/control.h"
 
 namespace space::core {
 namespace {
@@ -25,6 +26,7 @@ constexpr auto kControlTimeoutSec = 5;
 constexpr auto kWatchInterval = std::chrono::milliseconds(500);
 constexpr int kMissedPingsBeforeRestart = 3;
 constexpr size_t kMaxReplyBytes = 1 << 20;
+constexpr int kControlFd = 3;  // where space-egress finds its listening control socket (--control-fd)
 
 ErrorKind kindOf(const std::string& name) {
   if (name == "invalid_argument") return ErrorKind::kInvalidArgument;
@@ -66,6 +68,15 @@ Result<std::string> roundTrip(const std::string& path, const std::string& line) 
   }
 }
 
+// "exit 1", "killed by signal 31 (SIGSYS: a syscall outside policies/seccomp/egress.json)".
+std::string describeExit(int status) {
+  if (WIFEXITED(status)) return fmt::format("exit {}", WEXITSTATUS(status));
+  if (!WIFSIGNALED(status)) return fmt::format("status {:#x}", status);
+  int sig = WTERMSIG(status);
+  if (sig == SIGSYS) return "killed by SIGSYS: a syscall outside its seccomp policy (the kernel's audit log names it)";
+  return fmt::format("killed by signal {} ({})", sig, strsignal(sig));
+}
+
 bool processAlive(int pid) { return pid > 0 && (kill(pid, 0) == 0 || errno == EPERM); }
 
 // True when pid runs space-egress with our config file (so an adopted pid is never a recycled stranger).
@@ -79,16 +90,20 @@ bool isOurGateway(int pid, const std::string& config_path) {
 
 json egressConfigJson(const EgressSettings& s) {
   std::string dir = s.state_dir + "/egress";
+  // The audit has a directory of its own: it is the one host directory the confined gateway sees and
+  // writes, as its uid; the config, pid file, log and control socket beside it stay root's.
   json j = {{"control_socket", dir + "/control.sock"},
             {"transparent_listen", "0.0.0.0:" + std::to_string(s.ports.transparent)},
             {"proxy_listen", "0.0.0.0:" + std::to_string(s.ports.proxy)},
             {"dns_listen", "0.0.0.0:" + std::to_string(s.ports.dns)},
-            {"audit_log", dir + "/audit.jsonl"},
+            {"audit_log", dir + "/audit/audit.jsonl"},
             {"sandbox_pools", json::array({s.pool})},
             {"protected_listeners", s.protected_listeners}};
   if (!s.upstream_resolvers.empty()) j["upstream_resolvers"] = s.upstream_resolvers;
   if (!s.upstream_ca_file.empty()) j["upstream_ca_file"] = s.upstream_ca_file;
   if (!s.test_external_subnets.empty()) j["test_external_subnets"] = s.test_external_subnets;
+  if (s.uid != 0)
+    j["confine"] = {{"uid", s.uid}, {"gid", s.gid}, {"root_dir", dir + "/root"}, {"seccomp_policy", s.seccomp_policy}};
   return j;
 }
 
@@ -96,7 +111,8 @@ EgressSupervisor::EgressSupervisor(EgressSettings settings) : settings_(std::mov
   dir_ = settings_.state_dir + "/egress";
   config_path_ = dir_ + "/egress.json";
   control_socket_ = dir_ + "/control.sock";
-  audit_log_ = dir_ + "/audit.jsonl";
+  audit_dir_ = dir_ + "/audit";
+  audit_log_ = audit_dir_ + "/audit.jsonl";
   pid_file_ = dir_ + "/egress.pid";
   log_file_ = dir_ + "/egress.log";
 }
@@ -149,7 +165,10 @@ Status EgressSupervisor::spawn() {
   // Everything the child needs is prepared before fork: a forked child of a threaded process may only make
   // async-signal-safe calls until exec.
   std::string binary = settings_.binary;
-  std::vector<std::string> args = {binary, "--config", config_path_};
+  // spaced binds the control socket and the gateway inherits it: the path lives in spaced's state
+  // directory, which the confined gateway never sees, and it stays root's (mode 0600).
+  ASSIGN_OR_RETURN(UniqueFd control, egress::bindControlSocket(control_socket_));
+  std::vector<std::string> args = {binary, "--config", config_path_, "--control-fd", std::to_string(kControlFd)};
   std::vector<char*> argv;
   for (auto& a : args) argv.push_back(a.data());
   argv.push_back(nullptr);
@@ -165,7 +184,13 @@ Status EgressSupervisor::spawn() {
     dup2(devnull.get(), 0);
     dup2(log.get(), 1);
     dup2(log.get(), 2);
-    syscall(SYS_close_range, 3u, ~0u, 0u);
+    // The control socket goes to kControlFd without close-on-exec: where it sits there already (it is never
+    // 0-2, spaced's own stdio when it was opened), only the flag is cleared; dup2 makes a copy without it.
+    if (control.get() == kControlFd)
+      fcntl(kControlFd, F_SETFD, 0);
+    else
+      dup2(control.get(), kControlFd);
+    syscall(SYS_close_range, kControlFd + 1u, ~0u, 0u);
     sigset_t none;
     sigemptyset(&none);
     sigprocmask(SIG_SETMASK, &none, nullptr);
@@ -186,8 +211,8 @@ bool EgressSupervisor::waitServing(std::chrono::milliseconds timeout) {
     if (spawned_) {
       int status = 0;
       if (waitpid(pid_, &status, WNOHANG) == pid_) {
-        spdlog::error("egress: space-egress pid {} exited during start-up (status {:#x}); see {}", pid_.load(),
-                      status, log_file_);
+        spdlog::error("egress: space-egress pid {} exited during start-up ({}); see {}", pid_.load(),
+                      describeExit(status), log_file_);
         pid_ = 0;
         return false;
       }
@@ -241,7 +266,7 @@ void EgressSupervisor::watchLoop() {
     if (spawned_ && pid_ > 0) {
       int status = 0;
       if (waitpid(pid_, &status, WNOHANG) == pid_) {
-        spdlog::error("egress: space-egress pid {} died (status {:#x}); restarting it", pid_.load(), status);
+        spdlog::error("egress: space-egress pid {} died ({}); restarting it", pid_.load(), describeExit(status));
         dead = true;
       }
     } else if (pid_ > 0 && !processAlive(pid_)) {

@@ -30,6 +30,11 @@ struct EgressSettings {
   std::string upstream_ca_file;
   std::vector<std::string> test_external_subnets;  // DANGER, tests only (config.h)
   std::vector<std::string> protected_listeners;    // spaced's TCP API, if any
+  // The gateway's confinement (SECURITY.md E18): its own uid and gid, and its seccomp policy. uid 0 leaves
+  // it unconfined (tests of the supervisor only).
+  uint32_t uid = 0;
+  uint32_t gid = 0;
+  std::string seccomp_policy;  // policies/seccomp/egress.json
 };
 
 // The config file spaced writes for space-egress (exposed for tests).
@@ -71,7 +76,7 @@ class EgressSupervisor {
   void watchLoop();
 
   EgressSettings settings_;
-  std::string dir_, config_path_, control_socket_, audit_log_, pid_file_, log_file_;
+  std::string dir_, config_path_, control_socket_, audit_dir_, audit_log_, pid_file_, log_file_;
   std::atomic<int> pid_{0};
   bool spawned_ = false;  // pid_ is our child (reaped with waitpid) rather than an adopted process
   std::mutex mu_;

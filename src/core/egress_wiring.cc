@@ -132,11 +132,14 @@ Result<json> Manager::egressRegistration(const store::SandboxRecord& rec) {
   auto subnet = jail::persistedSubnet(rec.persisted);
   if (!subnet) return makeError(ErrorKind::kInternal, "sandbox {} has no subnet", rec.id);
   ASSIGN_OR_RETURN(json secrets, secretBindings(e.value("secrets", json::array())));
-  return json{{"id", rec.id},
+  json reg = {{"id", rec.id},
               {"sources", json::array({subnet->cidr()})},
               {"policy", e.value("policy", denyAll())},
               {"secrets", secrets},
               {"ca", e["ca"]}};
+  // The host end of its veth (jail) or tap (vm): the gateway takes the subnet's addresses only from there.
+  if (std::string link = jail::persistedLink(rec.persisted); !link.empty()) reg["link"] = link;
+  return reg;
 }
 
 Result<std::map<std::string, std::string>> Manager::handOverEgress(store::SandboxRecord& rec, const CreateSandbox& cmd) {

@@ -40,6 +40,9 @@ Result<std::optional<Egress>> startEgress(const DaemonConfig& config, std::strin
   s.upstream_resolvers = config.egress_upstream_resolvers;
   s.upstream_ca_file = config.egress_upstream_ca_file;
   s.test_external_subnets = config.egress_test_external_subnets;
+  s.uid = config.egress_uid;
+  s.gid = config.egress_gid;
+  s.seccomp_policy = config.egress_seccomp_policy;
   if (!config.listen.empty()) s.protected_listeners.push_back(config.listen);
   auto sup = EgressSupervisor::start(s);
   if (!sup) {

@@ -2,8 +2,13 @@
 // connection is matched to its sandbox by source address, then held to the sandbox's rate of new
 // connections and to the connection caps, and watched by a deadline that bytes arriving do not move. A
 // refusal here costs an accept, a lookup and a close; its audit record is aggregated like every refusal.
+#include <net/if.h>
+
+#include <cstring>
+
 #include "egress/asio.h"
 #include "egress/proxy_impl.h"
+#include "sys/pktinfo.h"
 
 namespace space::egress {
 
@@ -62,6 +67,32 @@ awaitable<void> watchdog(std::weak_ptr<Conn> weak) {
   }
 }
 
+std::shared_ptr<const Sandbox> Gateway::Impl::senderOrAudit(const IpAddress& src, int ifindex, const char* kind,
+                                                            const char* mode) {
+  Registry::Sender who = registry.sender(src, ifindex);
+  if (who.sb) return who.sb;
+  AuditRecord rec;
+  rec.kind = kind;
+  rec.source = src.str();
+  if (mode) rec.mode = mode;
+  rec.verdict = "deny";
+  if (who.wrong_link) {
+    ++wrong_link;
+    char name[IF_NAMESIZE] = "?";
+    if (ifindex > 0 && !if_indextoname(static_cast<unsigned>(ifindex), name)) std::strcpy(name, "?");
+    rec.rule = "wrong-link";
+    rec.reason = fmt::format(
+        "arrived on interface {} (index {}), not on the link of the sandbox this address "
+        "belongs to: an unknown sender",
+        name, ifindex);
+  } else {
+    rec.rule = "unknown-source";
+    rec.reason = "the source address belongs to no sandbox";
+  }
+  audit.write(rec);
+  return nullptr;
+}
+
 void Gateway::Impl::refuseAtAccept(const std::shared_ptr<const Sandbox>& sb, const IpAddress& src,
                                    bool transparent_mode, std::string rule, std::string reason) {
   AuditRecord rec;
@@ -94,11 +125,9 @@ awaitable<void> Gateway::Impl::acceptLoop(tcp::acceptor& acceptor, bool transpar
     auto peer = s.remote_endpoint(pe);
     if (pe) continue;
     IpAddress src = fromEndpoint(peer);
-    auto sb = registry.bySource(src);
-    if (!sb) {
-      refuseAtAccept(nullptr, src, transparent_mode, "unknown-source", "the source address belongs to no sandbox");
-      continue;
-    }
+    int arrival = sys::acceptedArrivalInterface(s.native_handle());
+    auto sb = senderOrAudit(src, arrival, "connect", transparent_mode ? "transparent" : "http-proxy");
+    if (!sb) continue;
     if (!connection_buckets.take(sb->id, Clock::now())) {
       tallyRateDrop(transparent_mode ? 1 : 2, sb, src);
       continue;

@@ -30,6 +30,31 @@ Status validateLimits(const Config& c) {
   return ok();
 }
 
+Result<ConfineConfig> parseConfine(const nlohmann::json& v) {
+  if (!v.is_object())
+    return makeError(ErrorKind::kInvalidArgument, "confine must be an object {{uid, gid, root_dir, seccomp_policy}}");
+  ConfineConfig c;
+  c.enabled = true;
+  for (const auto& [k, x] : v.items()) {
+    if (k == "uid")
+      c.uid = x.get<uint32_t>();
+    else if (k == "gid")
+      c.gid = x.get<uint32_t>();
+    else if (k == "root_dir")
+      c.root_dir = x.get<std::string>();
+    else if (k == "seccomp_policy")
+      c.seccomp_policy = x.get<std::string>();
+    else
+      return makeError(ErrorKind::kInvalidArgument, "unknown confine key '{}'", k);
+  }
+  if (c.uid == 0 || c.gid == 0)
+    return makeError(ErrorKind::kInvalidArgument, "confine: uid and gid must be given, not 0");
+  for (const auto& [name, path] : {std::pair{"root_dir", &c.root_dir}, {"seccomp_policy", &c.seccomp_policy}})
+    if (path->empty() || path->front() != '/')
+      return makeError(ErrorKind::kInvalidArgument, "confine: {} must be an absolute path", name);
+  return c;
+}
+
 }  // namespace
 
 Result<Config> parseConfig(const nlohmann::json& j) {
@@ -107,6 +132,8 @@ Result<Config> parseConfig(const nlohmann::json& j) {
           ASSIGN_OR_RETURN(auto ip, parseIp(host));
           c.protected_listeners.push_back({ip, uint16_t(std::stoul(s.substr(colon + 1)))});
         }
+      } else if (k == "confine") {
+        ASSIGN_OR_RETURN(c.confine, parseConfine(v));
       } else if (k == "sandboxes") {
         if (!v.is_array()) return makeError(ErrorKind::kInvalidArgument, "sandboxes must be an array");
         c.sandboxes = v;

@@ -17,6 +17,16 @@ namespace space::egress {
 // The smallest audit cap accepted: a few hundred lines per file.
 constexpr uint64_t kMinAuditBytes = 64 * 1024;
 
+// How the gateway confines itself once it has read what needs root (confine.h). Absent from the config:
+// it runs unconfined and says so (a standalone gateway an operator starts by hand); spaced always sets it.
+struct ConfineConfig {
+  bool enabled = false;
+  uint32_t uid = 0;  // its own host uid and gid, never 0
+  uint32_t gid = 0;
+  std::string root_dir;        // an empty directory: the mount point of its tmpfs root
+  std::string seccomp_policy;  // path of policies/seccomp/egress.json
+};
+
 struct Config {
   std::string control_socket = "/run/space/egress.sock";
   std::string transparent_listen = "0.0.0.0:15001";
@@ -40,6 +50,7 @@ struct Config {
   // test harness's upstream namespaces; off by default; read only from the config file.
   std::vector<Cidr> test_external_subnets;
   nlohmann::json sandboxes = nlohmann::json::array();  // registrations to apply at start (standalone use)
+  ConfineConfig confine;
 };
 
 Result<Config> parseConfig(const nlohmann::json& j);

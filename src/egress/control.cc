@@ -1,8 +1,13 @@
 #include "egress/control.h"
 
+#include <net/if.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/un.h>
 #include <unistd.h>
 
+#include <cctype>
+#include <cstring>
 #include <nlohmann/json.hpp>
 
 #include "egress/asio.h"
@@ -70,7 +75,7 @@ nlohmann::json errorReply(const Error& e) {
 Result<std::shared_ptr<Sandbox>> parseSandbox(const nlohmann::json& j) {
   if (!j.is_object()) return makeError(ErrorKind::kInvalidArgument, "sandbox must be an object");
   for (const auto& [k, v] : j.items())
-    if (k != "id" && k != "sources" && k != "policy" && k != "secrets" && k != "ca")
+    if (k != "id" && k != "sources" && k != "link" && k != "policy" && k != "secrets" && k != "ca")
       return makeError(ErrorKind::kInvalidArgument, "unknown sandbox field '{}'", k);
   auto sb = std::make_shared<Sandbox>();
   if (!j.contains("id") || !j["id"].is_string() || j["id"].get<std::string>().empty() ||
@@ -84,6 +89,15 @@ Result<std::shared_ptr<Sandbox>> parseSandbox(const nlohmann::json& j) {
     auto c = parseCidr(s.get<std::string>());
     if (!c) return tl::unexpected(c.error());
     sb->sources.push_back(*c);
+  }
+  if (j.contains("link")) {
+    // An interface name: 1 to IFNAMSIZ-1 bytes, no '/' and no whitespace (the kernel's dev_valid_name).
+    const auto& l = j["link"];
+    bool valid = l.is_string() && !l.get<std::string>().empty() && l.get<std::string>().size() < IFNAMSIZ;
+    if (valid)
+      for (char ch : l.get<std::string>()) valid = valid && ch != '/' && ch != ':' && !std::isspace(uint8_t(ch));
+    if (!valid) return makeError(ErrorKind::kInvalidArgument, "sandbox {}: 'link' must be an interface name", sb->id);
+    sb->link = l.get<std::string>();
   }
   if (j.contains("policy")) {
     ASSIGN_OR_RETURN(sb->policy, parsePolicy(j["policy"]));
@@ -219,9 +233,13 @@ nlohmann::json handleControl(Registry& registry, Audit& audit, const nlohmann::j
                          {"format", b.format},
                          {"methods", b.methods},
                          {"path_prefixes", b.path_prefixes}});
-    return {{"ok", true},         {"id", sb->id},
-            {"sources", sources}, {"policy", policyToJson(sb->policy)},
-            {"secrets", secrets}, {"ca_cert_pem", sb->ca->certPem()}};
+    return {{"ok", true},
+            {"id", sb->id},
+            {"sources", sources},
+            {"link", sb->link},
+            {"policy", policyToJson(sb->policy)},
+            {"secrets", secrets},
+            {"ca_cert_pem", sb->ca->certPem()}};
   }
   if (op == "stats") return statsReply(audit, gateway_stats);
   return errorReply(Error{ErrorKind::kInvalidArgument, 0, fmt::format("unknown op '{}'", op)});
@@ -229,14 +247,13 @@ nlohmann::json handleControl(Registry& registry, Audit& audit, const nlohmann::j
 
 struct ControlServer::Impl {
   asio::io_context& io;
-  std::string path;
   Registry& registry;
   Audit& audit;
   GatewayStats gateway_stats;
   stream_protocol::acceptor acceptor;
 
-  Impl(asio::io_context& i, std::string p, Registry& r, Audit& a, GatewayStats g)
-      : io(i), path(std::move(p)), registry(r), audit(a), gateway_stats(std::move(g)), acceptor(i) {}
+  Impl(asio::io_context& i, Registry& r, Audit& a, GatewayStats g)
+      : io(i), registry(r), audit(a), gateway_stats(std::move(g)), acceptor(i) {}
 
   asio::awaitable<void> serve(stream_protocol::socket s) {
     std::string buf;
@@ -281,23 +298,37 @@ ControlServer::ControlServer(std::unique_ptr<Impl> impl) : impl_(std::move(impl)
 ControlServer::~ControlServer() {
   boost::system::error_code ec;
   impl_->acceptor.close(ec);
-  ::unlink(impl_->path.c_str());
 }
 
-Result<std::unique_ptr<ControlServer>> ControlServer::listen(asio::io_context& io, const std::string& path,
-                                                             Registry& registry, Audit& audit,
-                                                             GatewayStats gateway_stats) {
-  auto impl = std::make_unique<Impl>(io, path, registry, audit, std::move(gateway_stats));
+Result<UniqueFd> bindControlSocket(const std::string& path) {
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  if (path.size() >= sizeof addr.sun_path) return sysError(ENAMETOOLONG, "control socket {}", path);
+  std::memcpy(addr.sun_path, path.c_str(), path.size() + 1);
+  UniqueFd fd(socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  if (!fd) return sysError(errno, "socket(AF_UNIX)");
   ::unlink(path.c_str());  // a stale socket from a previous run; the pid file lock is the caller's business
-  boost::system::error_code ec;
-  stream_protocol::endpoint ep(path);
-  impl->acceptor.open(ep.protocol(), ec);
   // Only root may talk to the gateway's control socket: it carries secret values.
   mode_t old = umask(0077);
-  if (!ec) impl->acceptor.bind(ep, ec);
+  int rc = bind(fd.get(), reinterpret_cast<sockaddr*>(&addr), sizeof addr);
+  int err = errno;
   umask(old);
-  if (!ec) impl->acceptor.listen(64, ec);
-  if (ec) return makeError(ErrorKind::kUnavailable, "control socket {}: {}", path, ec.message());
+  if (rc < 0) return sysError(err, "bind control socket {}", path);
+  if (::listen(fd.get(), 64) < 0) return sysError(errno, "listen on control socket {}", path);
+  return fd;
+}
+
+Result<std::unique_ptr<ControlServer>> ControlServer::serve(asio::io_context& io, UniqueFd listening,
+                                                            Registry& registry, Audit& audit,
+                                                            GatewayStats gateway_stats) {
+  auto impl = std::make_unique<Impl>(io, registry, audit, std::move(gateway_stats));
+  int type = 0;
+  socklen_t len = sizeof type;
+  if (getsockopt(listening.get(), SOL_SOCKET, SO_TYPE, &type, &len) < 0 || type != SOCK_STREAM)
+    return makeError(ErrorKind::kInvalidArgument, "control descriptor {} is not a stream socket", listening.get());
+  boost::system::error_code ec;
+  impl->acceptor.assign(stream_protocol(), listening.release(), ec);
+  if (ec) return makeError(ErrorKind::kUnavailable, "control socket: {}", ec.message());
   Impl* p = impl.get();
   asio::co_spawn(io, p->acceptLoop(), asio::detached);
   return std::unique_ptr<ControlServer>(new ControlServer(std::move(impl)));

@@ -2,11 +2,14 @@
 // resolution, with only the addresses that policy would let it connect to. Everything else is NXDOMAIN and
 // nothing about it leaves the host (E16): a denied name is never forwarded upstream. Queries over a
 // sandbox's rate are dropped unanswered (E19).
+#include <cstring>
+
 #include "egress/asio.h"
 #include "egress/dns_message.h"
 #include "egress/names.h"
 #include "egress/proxy_impl.h"
 #include "egress/secrets.h"
+#include "sys/pktinfo.h"
 
 namespace space::egress {
 
@@ -118,21 +121,19 @@ awaitable<void> Gateway::Impl::dnsLoop() {
       continue;
     }
     for (int i = 0; i < kBatch && !stopped; ++i) {
+      sockaddr_storage from_addr{};
+      socklen_t from_len = 0;
+      int arrival = 0;
+      auto got = sys::receiveWithArrival(dns->native_handle(), buf.data(), buf.size(), &from_addr, &from_len, &arrival);
+      if (!got) break;  // drained (EAGAIN), or an error the next wait reports again
+      size_t n = *got;
       asio::ip::udp::endpoint from;
-      size_t n = dns->receive_from(asio::buffer(buf), from, 0, ec);
-      if (ec) break;  // drained (would_block), or an error the next wait reports again
+      if (from_len > from.capacity()) continue;
+      std::memcpy(from.data(), &from_addr, from_len);
+      from.resize(from_len);
       IpAddress src = fromEndpoint(tcp::endpoint(from.address(), from.port()));
-      auto sb = registry.bySource(src);
-      if (!sb) {
-        AuditRecord rec;
-        rec.kind = "dns";
-        rec.source = src.str();
-        rec.verdict = "deny";
-        rec.rule = "unknown-source";
-        rec.reason = "the source address belongs to no sandbox";
-        audit.write(rec);
-        continue;  // no answer: nothing to tell a stranger
-      }
+      auto sb = senderOrAudit(src, arrival, "dns", nullptr);
+      if (!sb) continue;  // no answer: nothing to tell a stranger
       // Over the sandbox's rate, a query is dropped before it is parsed (E19): no answer costs nothing, and
       // a stub resolver retries after its timeout, when the bucket has refilled. The drops are counted and
       // audited as one record per tick.

@@ -6,6 +6,7 @@
 #include "egress/client_hello.h"
 #include "egress/proxy_http.h"
 #include "sys/netfilter.h"
+#include "sys/pktinfo.h"
 
 namespace space::egress {
 
@@ -579,7 +580,8 @@ void Gateway::flushAudit() { impl_->flushRateDrops(); }
 
 nlohmann::json Gateway::stats() const {
   const GatewayOptions& o = impl_->opts;
-  return {{"connections",
+  return {{"wrong_link", impl_->wrong_link},
+          {"connections",
            {{"active", impl_->active},
             {"by_sandbox", impl_->active_per_sandbox},
             {"max_connections", o.connections.max_total},
@@ -598,7 +600,11 @@ nlohmann::json Gateway::stats() const {
 Result<std::unique_ptr<Gateway>> Gateway::create(asio::io_context& io, Registry& registry, NameCache& cache,
                                                  Audit& audit, GatewayOptions options) {
   auto impl = std::make_unique<Impl>(io, registry, cache, audit, std::move(options));
-  ASSIGN_OR_RETURN(impl->upstream_ctx, tls::makeUpstreamContext(impl->opts.upstream_ca_file));
+  if (impl->opts.upstream_ctx) {
+    impl->upstream_ctx = impl->opts.upstream_ctx;
+  } else {
+    ASSIGN_OR_RETURN(impl->upstream_ctx, tls::makeUpstreamContext(impl->opts.upstream_ca_file));
+  }
   auto listen = [&](const std::string& addr) -> Result<std::unique_ptr<tcp::acceptor>> {
     ASSIGN_OR_RETURN(auto ep, parseListenAddress(addr));
     boost::system::error_code ec;
@@ -608,6 +614,8 @@ Result<std::unique_ptr<Gateway>> Gateway::create(asio::io_context& io, Registry&
     if (!ec) a->bind(ep, ec);
     if (!ec) a->listen(1024, ec);
     if (ec) return makeError(ErrorKind::kUnavailable, "listen on {}: {}", addr, ec.message());
+    // Accepted connections then say which interface they arrived on (the sandbox's link, V8).
+    TRY(sys::enableArrivalInfo(a->native_handle()));
     return a;
   };
   if (!impl->opts.transparent_listen.empty()) {
@@ -625,6 +633,7 @@ Result<std::unique_ptr<Gateway>> Gateway::create(asio::io_context& io, Registry&
     if (!ec) impl->dns->bind(uep, ec);
     if (!ec) impl->dns->non_blocking(true, ec);
     if (ec) return makeError(ErrorKind::kUnavailable, "listen on udp {}: {}", impl->opts.dns_listen, ec.message());
+    TRY(sys::enableArrivalInfo(impl->dns->native_handle()));
   }
   // The gateway's own ports are lateral targets for every sandbox (E12).
   for (auto* a : {impl->transparent.get(), impl->proxy.get()})

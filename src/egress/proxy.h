@@ -3,6 +3,8 @@
 // address of what they send; an unknown source is refused.
 #pragma once
 
+#include <openssl/types.h>
+
 #include <chrono>
 #include <functional>
 #include <memory>
@@ -32,6 +34,9 @@ struct GatewayOptions {
   std::chrono::milliseconds head_deadline{10000};
   std::chrono::milliseconds idle_timeout{300000};      // no byte in either direction
   std::string upstream_ca_file;                        // empty: the system bundle
+  // The upstream TLS context, when the caller made it already (from upstream_ca_file, before the gateway
+  // confined itself: the bundle need not be readable by the gateway's uid nor visible in its root).
+  std::shared_ptr<SSL_CTX> upstream_ctx;
   HostFacts facts;                                     // sandbox subnets are added from the registry
   // Loudly named on purpose; see config.h. Subnets the test harness declared external.
   std::vector<Cidr> test_external_subnets;

@@ -45,6 +45,7 @@ struct Gateway::Impl {
   };
   std::unordered_map<const Sandbox*, Tally> rate_drops[3];
   bool stopped = false;
+  uint64_t wrong_link = 0;  // connections and queries refused: a sandbox's source on another link (V8)
 
   Impl(asio::io_context& i, Registry& r, NameCache& c, Audit& a, GatewayOptions o)
       : io(i),
@@ -71,6 +72,10 @@ struct Gateway::Impl {
   // Counts one refusal for a rate (which: 0 DNS, 1 transparent, 2 proxy); flushRateDrops() audits them.
   void tallyRateDrop(int which, const std::shared_ptr<const Sandbox>& sb, const IpAddress& src);
   void flushRateDrops();
+  // What arrived from `src` on interface `ifindex` (0: unknown) came from this sandbox, or from nobody:
+  // a wrong-link arrival is counted and audited (kind "dns"/"connect") as an unknown sender, never as
+  // the sandbox that owns the address.
+  std::shared_ptr<const Sandbox> senderOrAudit(const IpAddress& src, int ifindex, const char* kind, const char* mode);
   // A connection refused before it got a session: one audit record (aggregated like every refusal).
   void refuseAtAccept(const std::shared_ptr<const Sandbox>& sb, const IpAddress& src, bool transparent_mode,
                       std::string rule, std::string reason);

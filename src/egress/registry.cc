@@ -1,5 +1,7 @@
 #include "egress/registry.h"
 
+#include <net/if.h>
+
 namespace space::egress {
 
 bool Sandbox::intercepts(std::string_view host) const {
@@ -35,7 +37,10 @@ Status Registry::replace(std::shared_ptr<const Sandbox> sb) {
 
 Status Registry::remove(const std::string& id) {
   std::lock_guard lock(mu_);
-  if (!by_id_.erase(id)) return makeError(ErrorKind::kNotFound, "sandbox {} is not registered", id);
+  auto it = by_id_.find(id);
+  if (it == by_id_.end()) return makeError(ErrorKind::kNotFound, "sandbox {} is not registered", id);
+  link_index_.erase(it->second->link);
+  by_id_.erase(it);
   return ok();
 }
 
@@ -46,6 +51,25 @@ std::shared_ptr<const Sandbox> Registry::bySource(const IpAddress& ip) const {
     for (const auto& c : sb->sources)
       if (c.contains(ip) || c.contains(judged)) return sb;
   return nullptr;
+}
+
+bool Registry::onLink(const std::string& link, int arrival_ifindex) const {
+  if (arrival_ifindex <= 0) return false;
+  {
+    std::lock_guard lock(mu_);
+    auto it = link_index_.find(link);
+    if (it != link_index_.end() && it->second == arrival_ifindex) return true;
+  }
+  int now = static_cast<int>(if_nametoindex(link.c_str()));  // 0: no such link (any more)
+  std::lock_guard lock(mu_);
+  link_index_[link] = now;
+  return now == arrival_ifindex;
+}
+
+Registry::Sender Registry::sender(const IpAddress& ip, int arrival_ifindex) const {
+  auto sb = bySource(ip);
+  if (!sb || sb->link.empty() || onLink(sb->link, arrival_ifindex)) return {sb, false};
+  return {nullptr, true};
 }
 
 std::shared_ptr<const Sandbox> Registry::byId(const std::string& id) const {

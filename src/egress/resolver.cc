@@ -41,7 +41,11 @@ class CaresResolver final : public Resolver {
         return makeError(ErrorKind::kInvalidArgument, "resolver servers '{}': {}", servers, ares_strerror(rc));
     wake_fd_.reset(eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
     if (!wake_fd_) return sysError(errno, "eventfd");
-    thread_ = std::thread([this] { loop(); });
+    return ok();
+  }
+
+  Status start() override {
+    if (!thread_.joinable()) thread_ = std::thread([this] { loop(); });
     return ok();
   }
 

@@ -25,12 +25,15 @@ struct Resolution {
 class Resolver {
  public:
   virtual ~Resolver() = default;
+  // Starts the background work (c-ares's thread). Separate from construction so that the gateway reads
+  // resolv.conf before it confines itself and starts the thread after, which then inherits the confinement.
+  virtual Status start() { return ok(); }
   // Calls done exactly once, on any thread. Errors: kNotFound (NXDOMAIN / no data), kUnavailable.
   virtual void resolve(const std::string& name, std::function<void(Result<Resolution>)> done) = 0;
 };
 
-// c-ares on its own thread (docs/decisions/0004-egress-gateway.md). servers: "1.1.1.1,8.8.8.8:53" or empty
-// for the host's resolv.conf. /etc/hosts is never consulted: names come from DNS only.
+// c-ares on its own thread (docs/decisions/0004-egress-gateway.md), started by start(). servers: "1.1.1.1,8.8.8.8:53"
+// or empty for the host's resolv.conf. /etc/hosts is never consulted: names come from DNS only.
 Result<std::unique_ptr<Resolver>> makeCaresResolver(const std::string& servers, std::chrono::milliseconds timeout);
 
 class NameCache {

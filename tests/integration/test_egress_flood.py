@@ -52,7 +52,7 @@ def audit_bytes(d) -> int:
     total = 0
     for name in ("audit.jsonl", "audit.jsonl.1"):
         try:
-            total += (d.state / "egress" / name).stat().st_size
+            total += (d.state / "egress" / "audit" / name).stat().st_size
         except FileNotFoundError:
             pass
     return total
@@ -465,7 +465,7 @@ print(answered)
         r = sh(d, sid, "python3 /tmp/names.py 4000", timeout_s=120)
         assert r.exit_code == 0 and int(r.out.strip()) >= 3900, (r.out, r.err)
         time.sleep(1.5)
-        files = {n: (d.state / "egress" / n) for n in ("audit.jsonl", "audit.jsonl.1", "audit.jsonl.2")}
+        files = {n: (d.state / "egress" / "audit" / n) for n in ("audit.jsonl", "audit.jsonl.1", "audit.jsonl.2")}
         sizes = {n: p.stat().st_size for n, p in files.items() if p.exists()}
         s = stats(d)["audit"]
         print("\naudit files:", sizes, "counters:", s)

@@ -101,5 +101,26 @@ TEST(EgressConfig, SwitchAndTestSubnetsComeFromTheConfigFile) {
   EXPECT_FALSE(core::egressConfigJson(core::EgressSettings{}).contains("test_external_subnets"));
 }
 
+TEST(EgressDaemonConfig, TheGatewayRunsAsItsOwnUid) {  // E18
+  EXPECT_EQ(core::DaemonConfig{}.egress_uid, core::kDefaultEgressUid);
+  EXPECT_LT(core::kDefaultEgressUid, 0x10000000u) << "below the sandbox uid blocks";
+  EXPECT_FALSE(core::DaemonConfig::fromJson(nlohmann::json::parse(R"({"egress_uid": 0})"), {}));
+  EXPECT_FALSE(core::DaemonConfig::fromJson(nlohmann::json::parse(R"({"egress_gid": 268435456})"), {}))
+      << "inside the sandbox uid blocks";
+  auto c = core::DaemonConfig::fromJson(nlohmann::json::parse(R"({"egress_uid": 5000, "egress_gid": 5001})"), {});
+  ASSERT_TRUE(c) << c.error().message;
+  core::EgressSettings s;
+  s.state_dir = "/var/lib/space";
+  s.uid = c->egress_uid;
+  s.gid = c->egress_gid;
+  s.seccomp_policy = "/usr/share/space/seccomp/egress.json";
+  auto j = core::egressConfigJson(s);
+  EXPECT_EQ(j["confine"]["uid"], 5000);
+  EXPECT_EQ(j["confine"]["gid"], 5001);
+  EXPECT_EQ(j["confine"]["root_dir"], "/var/lib/space/egress/root");
+  EXPECT_EQ(j["confine"]["seccomp_policy"], "/usr/share/space/seccomp/egress.json");
+  EXPECT_EQ(j["audit_log"], "/var/lib/space/egress/audit/audit.jsonl") << "a directory of its own, for its uid";
+}
+
 }  // namespace
 }  // namespace space::api

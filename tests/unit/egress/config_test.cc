@@ -68,3 +68,26 @@ TEST(EgressConfig, LimitsThatSwitchAProtectionOffAreRefused) {
   ASSERT_TRUE(small) << small.error().message;
   EXPECT_EQ(small->connections.reserve, 32u);
 }
+
+TEST(EgressConfig, ConfinementIsReadAndChecked) {  // E18
+  EXPECT_FALSE(parseConfig(nlohmann::json::object())->confine.enabled) << "absent: unconfined (and said so at start)";
+  nlohmann::json j = {{"confine",
+                       {{"uid", 268369920},
+                        {"gid", 268369920},
+                        {"root_dir", "/var/lib/space/egress/root"},
+                        {"seccomp_policy", "/usr/share/space/seccomp/egress.json"}}}};
+  auto c = parseConfig(j);
+  ASSERT_TRUE(c) << c.error().message;
+  EXPECT_TRUE(c->confine.enabled);
+  EXPECT_EQ(c->confine.uid, 268369920u);
+  EXPECT_EQ(c->confine.root_dir, "/var/lib/space/egress/root");
+  for (const auto& [key, bad] : {std::pair<std::string, nlohmann::json>{"uid", 0},
+                                 {"gid", 0},
+                                 {"root_dir", "relative"},
+                                 {"seccomp_policy", ""},
+                                 {"extra", 1}}) {
+    nlohmann::json b = j;
+    b["confine"][key] = bad;
+    EXPECT_FALSE(parseConfig(b)) << key;
+  }
+}
