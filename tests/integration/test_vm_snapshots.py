@@ -126,7 +126,7 @@ def test_fork_children_continue_the_parent_and_diverge(client, make_vm):
 # reseed). Only a reseed from the kernel changes its course, as with OpenSSL's DRBG or Python's random.
 DRBG = ("seed() {{ x=$(od -An -N4 -tu4 /dev/urandom | tr -d ' '); }}; seed; {trap}"
         "i=0; while true; do i=$((i+1)); x=$(( (x * 1103515245 + 12345) % 2147483648 )); "
-        "read -r g rest < /run/space/generation; echo \"$i $x $g\" >> {log}; sleep 0.2; done")
+        "g=-; read -r g rest < /run/space/generation; echo \"$i $x $g\" >> {log}; sleep 0.2; done")
 # Subscribed: reseeds on the default restore signal and notes the generation it saw then.
 SUBSCRIBED = DRBG.format(log="/root/sub.log",
                          trap="trap 'seed; echo \"reseed $(cat /run/space/generation)\" >> /root/sub.log' URG; ")
@@ -140,18 +140,20 @@ class DrbgLog:
             parts = line.split(" ")
             if parts[0] == "reseed":  # after the step it follows
                 self.reseeds.append((max(self.values, default=0), " ".join(parts[1:])))
-            elif len(parts) == 3 and all(p.isdigit() for p in parts):
+            elif len(parts) == 3 and parts[0].isdigit() and parts[1].isdigit():
                 self.values[int(parts[0])] = int(parts[1])
-                self.gens[int(parts[0])] = int(parts[2])
+                self.gens[int(parts[0])] = int(parts[2]) if parts[2].isdigit() else None
 
     def last(self) -> int:
         return max(self.values, default=0)
 
 
 def generation(client, sid):
-    counter, gid = client.sh(sid, "cat /run/space/generation").out.split()
-    assert re.fullmatch(r"[0-9a-f]{32}", gid), gid
-    return int(counter), gid
+    """(counter, id) from the guest's /run/space/generation."""
+    line = client.sh(sid, "cat /run/space/generation 2>&1").out
+    m = re.fullmatch(r"([0-9]+) ([0-9a-f]{32})\n", line)
+    assert m, f"{sid}: /run/space/generation: {line!r}"
+    return int(m[1]), m[2]
 
 
 def wait_drbg(client, sid, path, beyond, what):
