@@ -84,6 +84,7 @@ struct RestoreOptions {
   std::string signal;
 };
 int cmdRollback(Context& ctx, const std::string& id, const std::string& snap, const RestoreOptions& restore = {});
-int cmdFork(Context& ctx, const std::string& id, int count, const std::string& snap, const RestoreOptions& restore = {});
+int cmdFork(Context& ctx, const std::string& id, int count, const std::string& snap,
+            const RestoreOptions& restore = {});
 
 }  // namespace space::cli

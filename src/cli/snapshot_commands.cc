@@ -26,8 +26,10 @@ void addRestoreOptions(nlohmann::json& body, const RestoreOptions& restore) {
   if (!restore.on_restore.empty()) body["on_restore"] = restore.on_restore;
   if (restore.signal.empty()) return;
   bool numeric = restore.signal.find_first_not_of("0123456789") == std::string::npos && restore.signal.size() <= 2;
-  if (numeric) body["restore_signal"] = std::stoi(restore.signal);
-  else body["restore_signal"] = restore.signal;
+  if (numeric)
+    body["restore_signal"] = std::stoi(restore.signal);
+  else
+    body["restore_signal"] = restore.signal;
 }
 
 }  // namespace

@@ -103,7 +103,8 @@ class Manager final : public SandboxManager {
                                const runtime::SnapshotRef* from = nullptr);
   // The rest of a create once a sandbox is started or taken from the pool: egress, identity, the row.
   // restored: set for a fork child, whose processes continue the parent's memory.
-  Result<SandboxView> completeCreate(Started& started, const CreateSandbox& cmd, const AfterRestore* restored = nullptr);
+  Result<SandboxView> completeCreate(Started& started, const CreateSandbox& cmd,
+                                     const AfterRestore* restored = nullptr);
   // The environment a sandbox's agent is given at hand-over (the request's, sealed in the row, plus the
   // egress variables): again after a rollback restarts the agent.
   Result<std::map<std::string, std::string>> userEnv(const store::SandboxRecord& rec);

@@ -395,7 +395,8 @@ Result<runtime::Instance> Manager::finishRollback(store::SandboxRecord& rec) {
   if (!env.empty() || rec.runtime == "vm") {
     agent::Identity identity;
     identity.env = env;
-    if (rec.runtime == "vm") renewGuestIdentity(identity, rec.id, afterRestoreFrom(rec.spec.value("rolling_back_after", nlohmann::json())));
+    if (rec.runtime == "vm")
+      renewGuestIdentity(identity, rec.id, afterRestoreFrom(rec.spec.value("rolling_back_after", nlohmann::json())));
     TRY(inst.agent->setIdentity(identity));
   }
   rec.persisted = inst.persisted.state;

@@ -155,7 +155,8 @@ class AgentClientImpl : public AgentClient {
         if (id.generation->signal > 0) req["generation"]["signal"] = id.generation->signal;
       } else if (id.generation->processes != "none") {
         // Going on would leave the restored processes with their copied random state, unannounced.
-        return makeError(ErrorKind::kUnsupported, "the guest's agent cannot tell its processes about a restore "
+        return makeError(ErrorKind::kUnsupported,
+                         "the guest's agent cannot tell its processes about a restore "
                          "(built before generations; rebuild the guest with scripts/vm/build-guest)");
       }
     }

@@ -45,10 +45,14 @@ Result<RestoreAction> parseRestoreAction(const json& spec) {
   if (!spec.is_object()) return makeError(ErrorKind::kInvalidArgument, "generation must be an object");
   RestoreAction action;
   std::string processes = protocol::optString(spec, "processes");
-  if (processes == "signal") action.mode = RestoreAction::kSignal;
-  else if (processes == "kill") action.mode = RestoreAction::kKill;
-  else if (processes == "none") action.mode = RestoreAction::kNone;
-  else return makeError(ErrorKind::kInvalidArgument, "generation.processes must be signal, kill or none");
+  if (processes == "signal")
+    action.mode = RestoreAction::kSignal;
+  else if (processes == "kill")
+    action.mode = RestoreAction::kKill;
+  else if (processes == "none")
+    action.mode = RestoreAction::kNone;
+  else
+    return makeError(ErrorKind::kInvalidArgument, "generation.processes must be signal, kill or none");
   action.signal = static_cast<int>(protocol::optInt(spec, "signal", SIGURG));
   if (action.signal < 1 || action.signal >= NSIG)
     return makeError(ErrorKind::kInvalidArgument, "generation.signal must be a signal number from 1 to {}", NSIG - 1);

@@ -26,7 +26,8 @@ using protocol::FrameType;
 constexpr size_t kReadChunk = 256u << 10;
 constexpr int64_t kMaxCredit = int64_t{1} << 40;
 
-const char* const kFeatures[] = {"exec", "pty", "background", "files", "set_identity", "credits", "net_config", "generation"};
+const char* const kFeatures[] = {"exec",         "pty",     "background", "files",
+                                 "set_identity", "credits", "net_config", "generation"};
 
 // Signals PID 1 ignores so that processes inside cannot stop the sandbox by signalling the agent. The
 // kernel already drops unhandled signals to a namespace's init from inside it; ignoring them explicitly

@@ -214,8 +214,8 @@ class Server {
   uint64_t next_key_ = 1;
   uint64_t next_bg_ = 1;
   std::map<std::string, std::string> env_;  // base environment, extended by set_identity
-  uint64_t generation_ = 0;                  // restores of this memory so far (generation.cc)
-  std::string generation_id_;                // 32 hex digits, new with every generation
+  uint64_t generation_ = 0;                 // restores of this memory so far (generation.cc)
+  std::string generation_id_;               // 32 hex digits, new with every generation
 };
 
 int64_t nowUnixMs();

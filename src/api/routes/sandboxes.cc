@@ -296,7 +296,8 @@ static Result<core::AfterRestore> parseAfterRestore(const JsonInput& in) {
     } else if (v.is_number_integer() && v.get<int64_t>() >= 1 && v.get<int64_t>() <= 64) {
       after.signal = static_cast<int>(v.get<int64_t>());
     } else {
-      return makeError(ErrorKind::kInvalidArgument, "restore_signal must be a name like \"URG\" or a number from 1 to 64");
+      return makeError(ErrorKind::kInvalidArgument,
+                       "restore_signal must be a name like \"URG\" or a number from 1 to 64");
     }
   }
   return after;

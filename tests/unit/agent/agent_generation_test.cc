@@ -70,7 +70,8 @@ TEST_F(AgentGenerationTest, SignalReachesRunningProcessesAfterTheNewGenerationIs
   auto [counter0, id0] = generation();
   // The handler reads the file the moment it runs: it must already hold the new generation.
   std::string file = generationFile().string();
-  auto p = client_->startBackground(sh("trap 'cat " + file + "; exit 7' USR1; echo ready; while :; do sleep 0.05; done"));
+  auto p =
+      client_->startBackground(sh("trap 'cat " + file + "; exit 7' USR1; echo ready; while :; do sleep 0.05; done"));
   ASSERT_TRUE(p.has_value()) << p.error().message;
   waitForOutput(p->id);
   ASSERT_TRUE(restore("signal", SIGUSR1).has_value());
