@@ -59,6 +59,18 @@ static nlohmann::json afterRestoreJson(const AfterRestore& after) {
   return {{"processes", after.processes}, {"signal", after.signal}};
 }
 
+// A guest whose agent predates generations cannot tell its processes about the restore. The restored
+// memory runs the same agent as the live VM, so the question is asked before anything changes.
+static Status checkGenerations(const store::SandboxRecord& rec, const runtime::Instance& inst,
+                               const AfterRestore& after) {
+  if (rec.runtime != "vm" || after.processes == "none" || !inst.agent) return ok();
+  const auto features = inst.agent->agentInfo().value("features", nlohmann::json::array());
+  if (std::find(features.begin(), features.end(), "generation") != features.end()) return ok();
+  return makeError(ErrorKind::kUnsupported, "sandbox {}: its guest's agent cannot signal or kill the processes a "
+                   "restore brings back (built before generations): rebuild the guest with scripts/vm/build-guest, "
+                   "or ask for on_restore \"none\"", rec.id);
+}
+
 static AfterRestore afterRestoreFrom(const nlohmann::json& spec) {
   AfterRestore after;
   if (!spec.is_object()) return after;
@@ -307,6 +319,7 @@ Result<SandboxView> Manager::rollback(const std::string& id, const std::string& 
       env.emplace(b["name"].get<std::string>(), b["placeholder"].get<std::string>());
   }
   runtime::Instance inst = instanceOf(rec);
+  TRY(checkGenerations(rec, inst, after));
   // Written before any process stops: a spaced killed in the middle finishes the rollback at its next
   // start (finishRollback) instead of finding the sandbox dead.
   rec.spec["rolling_back"] = snap.id;
@@ -439,6 +452,7 @@ Result<ForkResult> Manager::fork(const ForkSandbox& cmd) {
       return makeError(ErrorKind::kResourceExhausted, "{} more sandboxes would exceed this node's maximum of {}",
                        cmd.count, config_.max_sandboxes);
   }
+  TRY(checkGenerations(rec, instanceOf(rec), cmd.after_restore));
   ForkResult out;
   if (cmd.snapshot.empty()) {
     ASSIGN_OR_RETURN(out.snapshot, takeSnapshot(rec, "", "fork"));
