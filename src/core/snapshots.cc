@@ -66,9 +66,11 @@ static Status checkGenerations(const store::SandboxRecord& rec, const runtime::I
   if (rec.runtime != "vm" || after.processes == "none" || !inst.agent) return ok();
   const auto features = inst.agent->agentInfo().value("features", nlohmann::json::array());
   if (std::find(features.begin(), features.end(), "generation") != features.end()) return ok();
-  return makeError(ErrorKind::kUnsupported, "sandbox {}: its guest's agent cannot signal or kill the processes a "
+  return makeError(ErrorKind::kUnsupported,
+                   "sandbox {}: its guest's agent cannot signal or kill the processes a "
                    "restore brings back (built before generations): rebuild the guest with scripts/vm/build-guest, "
-                   "or ask for on_restore \"none\"", rec.id);
+                   "or ask for on_restore \"none\"",
+                   rec.id);
 }
 
 static AfterRestore afterRestoreFrom(const nlohmann::json& spec) {
