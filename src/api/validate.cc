@@ -32,7 +32,7 @@ Result<int> parseSignal(std::string_view text) {
     const char* name;
     int number;
   } kSignals[] = {{"HUP", 1}, {"INT", 2}, {"QUIT", 3}, {"KILL", 9}, {"USR1", 10}, {"USR2", 12}, {"TERM", 15},
-                  {"CONT", 18}, {"STOP", 19}, {"TSTP", 20}, {"ALRM", 14}, {"WINCH", 28}, {"PIPE", 13}};
+                  {"CONT", 18}, {"STOP", 19}, {"TSTP", 20}, {"ALRM", 14}, {"WINCH", 28}, {"PIPE", 13}, {"URG", 23}};
   std::string_view name = text;
   if (name.size() > 3 && (name.substr(0, 3) == "SIG" || name.substr(0, 3) == "sig")) name.remove_prefix(3);
   for (const auto& s : kSignals) {

@@ -90,7 +90,13 @@ int cmdHistory(Context& ctx, const std::string& id);
 int cmdSnapshotExport(Context& ctx, const std::string& snap, const std::string& out);
 int cmdSnapshotImport(Context& ctx, const std::string& file, const std::string& id);
 int cmdSnapshotRm(Context& ctx, const std::vector<std::string>& snaps);
-int cmdRollback(Context& ctx, const std::string& id, const std::string& snap);
-int cmdFork(Context& ctx, const std::string& id, int count, const std::string& snap);
+// --on-restore / --restore-signal of rollback and fork; empty = the daemon's default.
+struct RestoreOptions {
+  std::string on_restore;
+  std::string signal;
+};
+int cmdRollback(Context& ctx, const std::string& id, const std::string& snap, const RestoreOptions& restore = {});
+int cmdFork(Context& ctx, const std::string& id, int count, const std::string& snap,
+            const RestoreOptions& restore = {});
 
 }  // namespace space::cli

@@ -59,13 +59,31 @@ int main(int argc, char** argv) {
   c_snapshot_import->add_option("--sandbox", id, "the sandbox it belongs to (roll back or fork from it then)")->required();
   auto* c_history = app.add_subcommand("history", "list a sandbox's snapshots, oldest first, with their disk use");
   c_history->add_option("ID", id)->required();
+  // A VM's processes come back from its memory with copies of their random generators (SECURITY.md V9).
+  RestoreOptions restore;
+  const char* restore_hazard =
+      "\nVM sandboxes: processes that were running continue from the snapshot's memory, random\n"
+      "generators in it included (OpenSSL, Python's random, ...): without a reseed they repeat the\n"
+      "same \"random\" bytes as the parent or the first run (a reused ECDSA nonce gives the key away).\n"
+      "The guest's /run/space/generation changes; --on-restore signal (default) sends every process\n"
+      "--restore-signal (default URG, ignored unless handled), kill ends them so that re-run\n"
+      "commands seed afresh, none leaves them be. Jail sandboxes restart their processes anyway.\n"
+      "docs/snapshots.md \"Generations\".";
+  auto add_restore_options = [&](CLI::App* c) {
+    c->add_option("--on-restore", restore.on_restore, "signal | kill | none: what running processes get")
+        ->check(CLI::IsMember({"signal", "kill", "none"}));
+    c->add_option("--restore-signal", restore.signal, "signal for --on-restore signal (name or number; default URG)");
+    c->footer(restore_hazard);
+  };
   auto* c_rollback = app.add_subcommand("rollback", "restore a sandbox in place to a snapshot (id or name)");
   c_rollback->add_option("ID", id)->required();
   c_rollback->add_option("SNAPSHOT", snap_ref)->required();
+  add_restore_options(c_rollback);
   auto* c_fork = app.add_subcommand("fork", "new sandboxes from a snapshot of a sandbox; prints their ids");
   c_fork->add_option("ID", id)->required();
   c_fork->add_option("-n,--count", fork_count, "how many (1-64)")->check(CLI::Range(1, 64));
   c_fork->add_option("--snapshot", snap_ref, "start from this snapshot instead of one taken now");
+  add_restore_options(c_fork);
 
   ExecOptions exec;
   auto* c_exec = addExecCommand(app, id, exec);
@@ -222,8 +240,8 @@ int main(int argc, char** argv) {
     return cmdSnapshot(ctx, id, snap_name);
   }
   if (c_history->parsed()) return cmdHistory(ctx, id);
-  if (c_rollback->parsed()) return cmdRollback(ctx, id, snap_ref);
-  if (c_fork->parsed()) return cmdFork(ctx, id, fork_count, snap_ref);
+  if (c_rollback->parsed()) return cmdRollback(ctx, id, snap_ref, restore);
+  if (c_fork->parsed()) return cmdFork(ctx, id, fork_count, snap_ref, restore);
   if (c_pause->parsed()) return cmdPauseResume(ctx, rm_ids, true);
   if (c_resume->parsed()) return cmdPauseResume(ctx, rm_ids, false);
   return 2;

@@ -21,6 +21,17 @@ std::string humanBytes(uint64_t b) {
 
 std::string sandboxPath(const std::string& id) { return "/v1/sandboxes/" + http::percentEncode(id); }
 
+// The daemon parses the signal (a name or a number), so the CLI sends a number as a number.
+void addRestoreOptions(nlohmann::json& body, const RestoreOptions& restore) {
+  if (!restore.on_restore.empty()) body["on_restore"] = restore.on_restore;
+  if (restore.signal.empty()) return;
+  bool numeric = restore.signal.find_first_not_of("0123456789") == std::string::npos && restore.signal.size() <= 2;
+  if (numeric)
+    body["restore_signal"] = std::stoi(restore.signal);
+  else
+    body["restore_signal"] = restore.signal;
+}
+
 }  // namespace
 
 // Prints only the snapshot's id, so `SNAP=$(space snapshot ID)` works.
@@ -58,9 +69,10 @@ int cmdSnapshotRm(Context& ctx, const std::vector<std::string>& snaps) {
   return rc;
 }
 
-int cmdRollback(Context& ctx, const std::string& id, const std::string& snap) {
+int cmdRollback(Context& ctx, const std::string& id, const std::string& snap, const RestoreOptions& restore) {
   nlohmann::json body = nlohmann::json::object();
   body["snapshot"] = snap;
+  addRestoreOptions(body, restore);
   auto j = callJson(ctx, "POST", sandboxPath(id) + "/rollback", body);
   if (!j) return fail(&ctx, j.error());
   fmt::print("{}\n", ctx.json ? j->dump() : id);
@@ -88,9 +100,10 @@ int cmdSnapshotImport(Context& ctx, const std::string& file, const std::string& 
 }
 
 // Prints the children's ids, one a line.
-int cmdFork(Context& ctx, const std::string& id, int count, const std::string& snap) {
+int cmdFork(Context& ctx, const std::string& id, int count, const std::string& snap, const RestoreOptions& restore) {
   nlohmann::json body = {{"count", count}};
   if (!snap.empty()) body["snapshot"] = snap;
+  addRestoreOptions(body, restore);
   auto j = callJson(ctx, "POST", sandboxPath(id) + "/fork", body);
   if (!j) return fail(&ctx, j.error());
   if (ctx.json) {

@@ -226,7 +226,8 @@ Result<Manager::Started> Manager::startSandbox(const store::TemplateRecord& tpl,
   return Started{std::move(rec), std::move(*inst)};
 }
 
-Status Manager::handOver(Started& started, const std::map<std::string, std::string>& env) {
+Status Manager::handOver(Started& started, const std::map<std::string, std::string>& env,
+                         const AfterRestore* restored) {
   runtime::Runtime& rt = runtimeFor(started.record.runtime);
   TRY(rt.activate(started.instance));
   if (started.record.runtime == "vm") {
@@ -242,6 +243,10 @@ Status Manager::handOver(Started& started, const std::map<std::string, std::stri
     identity.rng_seed_hex = toHex(seed, sizeof seed);
     identity.machine_id = toHex(machine, sizeof machine);
     identity.clock_unix_ms = nowUnixMs();
+    // A new generation: from the template nothing but the agent runs; a fork child runs the parent's
+    // processes, which get what the fork asked for.
+    identity.generation =
+        restored ? agent::Identity::Generation{restored->processes, restored->signal} : agent::Identity::Generation{};
     // Its network too: the guest's side of the tap that spaced made at prepare (a jail's link is made
     // by the host), and the explicit proxy in every process's environment (a jail's is in its init's).
     if (auto subnet = jail::persistedSubnet(started.record.persisted); subnet && egress_) {
@@ -309,7 +314,8 @@ Result<SandboxView> Manager::create(const CreateSandbox& cmd) {
   return completeCreate(*started, cmd);
 }
 
-Result<SandboxView> Manager::completeCreate(Started& started_ref, const CreateSandbox& cmd) {
+Result<SandboxView> Manager::completeCreate(Started& started_ref, const CreateSandbox& cmd,
+                                            const AfterRestore* restored) {
   Started* started = &started_ref;
   std::map<std::string, std::string> env = cmd.env;
   if (egress_ && started->record.spec.contains("egress")) {
@@ -321,7 +327,7 @@ Result<SandboxView> Manager::completeCreate(Started& started_ref, const CreateSa
     }
     for (auto& [k, v] : *extra) env.emplace(k, v);  // the request's own env wins
   }
-  if (auto st = handOver(*started, env); !st) {
+  if (auto st = handOver(*started, env, restored); !st) {
     counters_.create_failures++;
     (void)destroyRecord(started->record);
     return tl::unexpected(st.error().context("start sandbox " + started->record.id));

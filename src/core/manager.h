@@ -2,6 +2,7 @@
 // pre-started sandboxes, the TTL reaper and start-up reconciliation. Thread-safe.
 #pragma once
 
+#include <csignal>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -71,11 +72,26 @@ struct BuildTemplate {
 
 using ProgressFn = std::function<void(const std::string& line)>;
 
+// What a fork or a rollback does to the processes a VM's restored memory brings back, whose random
+// generators are copies (docs/snapshots.md "Generations", docs/decisions/0010-generation-signal.md).
+// Whatever it is, the guest's generation (/run/space/generation) changes first.
+struct AfterRestore {
+  std::string processes = "signal";             // "signal" | "kill" | "none"
+  int signal = SIGURG;                          // for "signal": ignored by default, so harmless unasked
+};
+
 // POST /v1/sandboxes/{id}/fork
 struct ForkSandbox {
   std::string id;
   int count = 1;
   std::string snapshot;                         // id or name; empty = a snapshot taken now
+  AfterRestore after_restore;                   // in each child
+};
+
+// POST /v1/sandboxes/{id}/rollback
+struct RollbackSandbox {
+  std::string snapshot;                         // id or name
+  AfterRestore after_restore;
 };
 
 struct ForkResult {
@@ -108,7 +124,10 @@ class SandboxManager {
   virtual Result<std::vector<store::SnapshotRecord>> listSnapshots(const std::string& id) { return unsupportedOp("snapshots"); }
   virtual Result<store::SnapshotRecord> getSnapshot(const std::string& snapshot) { return unsupportedOp("snapshots"); }
   virtual Status deleteSnapshot(const std::string& snapshot) { return unsupportedOp("snapshots"); }
-  virtual Result<SandboxView> rollback(const std::string& id, const std::string& snapshot) { return unsupportedOp("rollback"); }
+  virtual Result<SandboxView> rollback(const std::string& id, const std::string& snapshot,
+                                       const AfterRestore& after = {}) {
+    return unsupportedOp("rollback");
+  }
   virtual Result<ForkResult> fork(const ForkSandbox& cmd) { return unsupportedOp("fork"); }
   // Export: the snapshot as an encrypted archive (docs/snapshot-archive.md) in a file of the daemon's that
   // the caller streams out and removes. Import: an archive file becomes a new snapshot of sandbox `id`.

@@ -61,7 +61,8 @@ class Manager final : public SandboxManager {
   Result<std::vector<store::SnapshotRecord>> listSnapshots(const std::string& id) override;
   Result<store::SnapshotRecord> getSnapshot(const std::string& snapshot) override;
   Status deleteSnapshot(const std::string& snapshot) override;
-  Result<SandboxView> rollback(const std::string& id, const std::string& snapshot) override;
+  Result<SandboxView> rollback(const std::string& id, const std::string& snapshot,
+                               const AfterRestore& after = {}) override;
   Result<ForkResult> fork(const ForkSandbox& cmd) override;
   Result<std::string> exportSnapshot(const std::string& snapshot) override;
   Result<store::SnapshotRecord> importSnapshot(const std::string& id, const std::string& archive_path) override;
@@ -103,13 +104,15 @@ class Manager final : public SandboxManager {
                                const std::string& isolation, bool cold_boot = false,
                                const runtime::SnapshotRef* from = nullptr);
   // The rest of a create once a sandbox is started or taken from the pool: egress, identity, the row.
-  Result<SandboxView> completeCreate(Started& started, const CreateSandbox& cmd);
+  // restored: set for a fork child, whose processes continue the parent's memory.
+  Result<SandboxView> completeCreate(Started& started, const CreateSandbox& cmd,
+                                     const AfterRestore* restored = nullptr);
   // The environment a sandbox's agent is given at hand-over (the request's, sealed in the row, plus the
   // egress variables): again after a rollback restarts the agent.
   Result<std::map<std::string, std::string>> userEnv(const store::SandboxRecord& rec);
   Status sealUserEnv(store::SandboxRecord& rec, const std::map<std::string, std::string>& env);
   // Completes a prepared sandbox and gives it its identity (hostname, RNG seed, clock, machine id, env).
-  Status handOver(Started& started, const std::map<std::string, std::string>& env);
+  Status handOver(Started& started, const std::map<std::string, std::string>& env, const AfterRestore* restored);
   Status destroyRecord(store::SandboxRecord record);
   runtime::Runtime& runtimeFor(const std::string& name);
   SandboxView viewOf(const store::SandboxRecord& record, bool with_usage);

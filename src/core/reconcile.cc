@@ -64,6 +64,7 @@ Status Manager::reconcile() {
         spdlog::info("reconcile: reattached sandbox {}", rec.id);
         if (rec.spec.contains("rolling_back")) {  // spaced died before the rollback stopped anything
           rec.spec.erase("rolling_back");
+          rec.spec.erase("rolling_back_after");
           (void)store_->updateSandbox(rec);
         }
         std::lock_guard lock(mu_);
@@ -81,6 +82,7 @@ Status Manager::reconcile() {
         }
         inst = tl::unexpected(restarted.error().context("finish rollback"));
         rec.spec.erase("rolling_back");
+        rec.spec.erase("rolling_back_after");
       }
       spdlog::warn("reconcile: sandbox {} is gone: {}", rec.id, inst.error().message);
       if (auto st = runtimeFor(rec.runtime).destroy(persisted); !st)

@@ -42,14 +42,43 @@ Status checkSnapshotName(const std::string& name) {
 
 // A VM resumed from a snapshot continues the snapshot's memory: its clock is the snapshot's, and its RNG
 // would repeat what it produced after the snapshot the first time. Both are renewed before anything runs,
-// and the hostname is the sandbox's (an imported snapshot comes from another sandbox).
-static void renewGuestIdentity(agent::Identity& identity, const std::string& sandbox_id) {
+// and the hostname is the sandbox's (an imported snapshot comes from another sandbox). The kernel's RNG
+// is all the seed reaches: the processes' own generators are told by the new generation (SECURITY.md V9).
+static void renewGuestIdentity(agent::Identity& identity, const std::string& sandbox_id, const AfterRestore& after) {
   std::random_device rd;
   unsigned char seed[32];
   for (auto& c : seed) c = static_cast<unsigned char>(rd());
   identity.rng_seed_hex = toHex(seed, sizeof seed);
   identity.clock_unix_ms = nowUnixMs();
   identity.hostname = sandbox_id;
+  identity.generation = agent::Identity::Generation{after.processes, after.signal};
+}
+
+// Kept in the row while a rollback runs, so that one finished at the next start does what was asked.
+static nlohmann::json afterRestoreJson(const AfterRestore& after) {
+  return {{"processes", after.processes}, {"signal", after.signal}};
+}
+
+// A guest whose agent predates generations cannot tell its processes about the restore. The restored
+// memory runs the same agent as the live VM, so the question is asked before anything changes.
+static Status checkGenerations(const store::SandboxRecord& rec, const runtime::Instance& inst,
+                               const AfterRestore& after) {
+  if (rec.runtime != "vm" || after.processes == "none" || !inst.agent) return ok();
+  const auto features = inst.agent->agentInfo().value("features", nlohmann::json::array());
+  if (std::find(features.begin(), features.end(), "generation") != features.end()) return ok();
+  return makeError(ErrorKind::kUnsupported,
+                   "sandbox {}: its guest's agent cannot signal or kill the processes a "
+                   "restore brings back (built before generations): rebuild the guest with scripts/vm/build-guest, "
+                   "or ask for on_restore \"none\"",
+                   rec.id);
+}
+
+static AfterRestore afterRestoreFrom(const nlohmann::json& spec) {
+  AfterRestore after;
+  if (!spec.is_object()) return after;
+  after.processes = spec.value("processes", after.processes);
+  after.signal = spec.value("signal", after.signal);
+  return after;
 }
 
 Status Manager::sealUserEnv(store::SandboxRecord& rec, const std::map<std::string, std::string>& env) {
@@ -274,7 +303,7 @@ void Manager::snapshotAfterExec(const std::string& id) {
   thinHistory(id, *policy, nowUnixMs());
 }
 
-Result<SandboxView> Manager::rollback(const std::string& id, const std::string& snapshot) {
+Result<SandboxView> Manager::rollback(const std::string& id, const std::string& snapshot, const AfterRestore& after) {
   std::lock_guard op(snapshot_mu_);
   ASSIGN_OR_RETURN(store::SandboxRecord rec, store_->getSandbox(id));
   if (rec.pooled) return makeError(ErrorKind::kNotFound, "sandbox {} not found", id);
@@ -292,13 +321,16 @@ Result<SandboxView> Manager::rollback(const std::string& id, const std::string& 
       env.emplace(b["name"].get<std::string>(), b["placeholder"].get<std::string>());
   }
   runtime::Instance inst = instanceOf(rec);
+  TRY(checkGenerations(rec, inst, after));
   // Written before any process stops: a spaced killed in the middle finishes the rollback at its next
   // start (finishRollback) instead of finding the sandbox dead.
   rec.spec["rolling_back"] = snap.id;
+  rec.spec["rolling_back_after"] = afterRestoreJson(after);
   TRY(store_->updateSandbox(rec));
   Defer unmark([&] {
     if (!rec.spec.contains("rolling_back")) return;
     rec.spec.erase("rolling_back");
+    rec.spec.erase("rolling_back_after");
     (void)store_->updateSandbox(rec);
   });
   {
@@ -314,6 +346,7 @@ Result<SandboxView> Manager::rollback(const std::string& id, const std::string& 
     // The runtime leaves the sandbox as it was unless its processes were already stopped.
     if (!inst.agent || !rt.alive(inst)) {
       rec.spec.erase("rolling_back");
+      rec.spec.erase("rolling_back_after");
       rec.state = "failed";
       rec.error = "rollback failed: " + next.error().message;
       (void)store_->updateSandbox(rec);
@@ -325,13 +358,14 @@ Result<SandboxView> Manager::rollback(const std::string& id, const std::string& 
   if (!env.empty() || rec.runtime == "vm") {
     agent::Identity identity;
     identity.env = env;
-    if (rec.runtime == "vm") renewGuestIdentity(identity, rec.id);
+    if (rec.runtime == "vm") renewGuestIdentity(identity, rec.id, after);
     TRY(next->agent->setIdentity(identity));
   }
   rec.persisted = next->persisted.state;
   rec.state = "running";
   rec.spec.erase("auto_paused");
   rec.spec.erase("rolling_back");
+  rec.spec.erase("rolling_back_after");
   TRY(store_->updateSandbox(rec));
   {
     // The files are the snapshot's again: the history holds them, until the next write.
@@ -376,11 +410,13 @@ Result<runtime::Instance> Manager::finishRollback(store::SandboxRecord& rec) {
   if (!env.empty() || rec.runtime == "vm") {
     agent::Identity identity;
     identity.env = env;
-    if (rec.runtime == "vm") renewGuestIdentity(identity, rec.id);
+    if (rec.runtime == "vm")
+      renewGuestIdentity(identity, rec.id, afterRestoreFrom(rec.spec.value("rolling_back_after", nlohmann::json())));
     TRY(inst.agent->setIdentity(identity));
   }
   rec.persisted = inst.persisted.state;
   rec.spec.erase("rolling_back");
+  rec.spec.erase("rolling_back_after");
   rec.state = "running";
   TRY(store_->updateSandbox(rec));
   return inst;
@@ -419,6 +455,7 @@ Result<ForkResult> Manager::fork(const ForkSandbox& cmd) {
       return makeError(ErrorKind::kResourceExhausted, "{} more sandboxes would exceed this node's maximum of {}",
                        cmd.count, config_.max_sandboxes);
   }
+  TRY(checkGenerations(rec, instanceOf(rec), cmd.after_restore));
   ForkResult out;
   if (cmd.snapshot.empty()) {
     ASSIGN_OR_RETURN(out.snapshot, takeSnapshot(rec, "", "fork"));
@@ -468,7 +505,7 @@ Result<ForkResult> Manager::fork(const ForkSandbox& cmd) {
         made[static_cast<size_t>(i)] = tl::unexpected(started.error());
         continue;
       }
-      made[static_cast<size_t>(i)] = completeCreate(*started, like);
+      made[static_cast<size_t>(i)] = completeCreate(*started, like, &cmd.after_restore);
     }
   };
   int threads = std::clamp(static_cast<int>(std::thread::hardware_concurrency()), 1, 4);

@@ -168,6 +168,22 @@ def test_background_processes_via_cli(cli, sandbox):
     assert r.returncode in (0, 128 + 15), (r.returncode, err(r))
 
 
+def test_rollback_and_fork_take_restore_options_and_state_the_hazard(cli, sandbox):
+    snap = out(cli("snapshot", sandbox)).strip()
+    r = cli("rollback", sandbox, snap, "--on-restore", "kill")
+    assert r.returncode == 0, err(r)
+    r = cli("rollback", sandbox, snap, "--on-restore", "signal", "--restore-signal", "USR2")
+    assert r.returncode == 0, err(r)
+    # The daemon judges the combination: a signal for kill is refused with the field's name.
+    r = cli("rollback", sandbox, snap, "--on-restore", "kill", "--restore-signal", "URG")
+    assert r.returncode != 0 and "restore_signal" in err(r), err(r)
+    r = cli("fork", sandbox, "--on-restore", "restart")
+    assert r.returncode != 0 and "on-restore" in err(r), err(r)
+    for command in ("fork", "rollback"):
+        text = out(cli(command, "--help"))
+        assert "/run/space/generation" in text and "--on-restore" in text and "ECDSA" in text, text
+
+
 def test_templates_and_keys_via_cli(cli):
     r = cli("template", "ls")
     assert r.returncode == 0 and "busybox" in out(r), out(r)

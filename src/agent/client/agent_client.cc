@@ -3,6 +3,7 @@
 #include <sys/socket.h>
 #include <sys/un.h>
 
+#include <algorithm>
 #include <cstring>
 #include <functional>
 
@@ -147,6 +148,18 @@ class AgentClientImpl : public AgentClient {
     if (!id.network.address.empty())
       req["net"] = {{"address", id.network.address}, {"prefix", id.network.prefix}, {"gateway", id.network.gateway},
                     {"nameserver", id.network.nameserver}, {"mac", id.network.mac}};
+    if (id.generation) {
+      const auto features = agentInfo().value("features", json::array());
+      if (std::find(features.begin(), features.end(), "generation") != features.end()) {
+        req["generation"] = {{"processes", id.generation->processes}};
+        if (id.generation->signal > 0) req["generation"]["signal"] = id.generation->signal;
+      } else if (id.generation->processes != "none") {
+        // Going on would leave the restored processes with their copied random state, unannounced.
+        return makeError(ErrorKind::kUnsupported,
+                         "the guest's agent cannot tell its processes about a restore "
+                         "(built before generations; rebuild the guest with scripts/vm/build-guest)");
+      }
+    }
     TRY(request(req));
     return ok();
   }

@@ -116,6 +116,14 @@ struct Identity {
     std::string address, gateway, nameserver, mac;
     int prefix = 30;
   } network;
+  // Set after a restore of memory (a VM from its template, a fork child, a rollback): the agent starts
+  // a new generation (/run/space/generation) and then signals (`processes` "signal", with `signal`),
+  // kills ("kill") or leaves ("none") every running process (docs/snapshots.md "Generations").
+  struct Generation {
+    std::string processes = "none";
+    int signal = 0;
+  };
+  std::optional<Generation> generation;
 };
 
 class AgentClient;

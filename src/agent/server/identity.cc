@@ -1,5 +1,5 @@
 // set_identity: what makes a restored or forked sandbox distinct from its template (hostname, extra
-// environment, fresh RNG state, the current time).
+// environment, fresh RNG state, the current time) and, after a restore, its new generation (generation.cc).
 #include <arpa/inet.h>
 #include <dirent.h>
 #include <fcntl.h>
@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include <cstring>
+#include <optional>
 #include <vector>
 
 #include "agent/protocol/message.h"
@@ -183,6 +184,14 @@ void Server::opSetIdentity(uint32_t ch, const json& msg) {
   auto seed = decodeHex(seed_hex);
   if (!seed) return endChannelError(ch, seed.error());
 
+  // Parsed before anything changes: a bad action must not leave half an identity behind.
+  std::optional<RestoreAction> restore;
+  if (auto it = msg.find("generation"); it != msg.end() && !it->is_null()) {
+    auto action = parseRestoreAction(*it);
+    if (!action) return endChannelError(ch, action.error());
+    restore = *action;
+  }
+
   std::string hostname = protocol::optString(msg, "hostname");
   if (!hostname.empty()) {
     if (hostname.size() > 64 || hostname.find('\0') != std::string::npos)
@@ -211,7 +220,17 @@ void Server::opSetIdentity(uint32_t ch, const json& msg) {
     // guest owns its clock. Either way the sandbox keeps running.
     if (clock_settime(CLOCK_REALTIME, &ts) < 0) warnings.push_back(sysError(errno, "clock_settime").value().message);
   }
-  endChannel(ch, {{"event", "done"}, {"rng_reseeded", reseeded}, {"warnings", std::move(warnings)}});
+  json done = {{"event", "done"}, {"rng_reseeded", reseeded}};
+  // Last: processes woken (or killed and re-run) now find the new seed, clock, address and generation.
+  if (restore) {
+    auto generation = beginGeneration(*restore);
+    if (!generation) return endChannelError(ch, generation.error());
+    for (auto& w : (*generation)["warnings"]) warnings.push_back(w);
+    generation->erase("warnings");
+    done["generation"] = std::move(*generation);
+  }
+  done["warnings"] = std::move(warnings);
+  endChannel(ch, done);
 }
 
 }  // namespace space::agent

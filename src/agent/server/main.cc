@@ -78,7 +78,10 @@ int main(int argc, char** argv) {
       std::fprintf(stderr, "space-agent: listen on %s: %s\n", argv[2], std::strerror(errno));
       return 1;
     }
-    if (argc >= 5 && std::strcmp(argv[3], "--root") == 0) options.root = argv[4];
+    if (argc >= 5 && std::strcmp(argv[3], "--root") == 0) {
+      options.root = argv[4];
+      options.publish_generation = true;  // never into the host's own /run
+    }
     if (const char* path = getenv("PATH")) options.base_env["PATH"] = path;
     options.is_pid1 = getpid() == 1;
     return space::agent::serve(options);

@@ -26,7 +26,8 @@ using protocol::FrameType;
 constexpr size_t kReadChunk = 256u << 10;
 constexpr int64_t kMaxCredit = int64_t{1} << 40;
 
-const char* const kFeatures[] = {"exec", "pty", "background", "files", "set_identity", "credits", "net_config"};
+const char* const kFeatures[] = {"exec",         "pty",     "background", "files",
+                                 "set_identity", "credits", "net_config", "generation"};
 
 // Signals PID 1 ignores so that processes inside cannot stop the sandbox by signalling the agent. The
 // kernel already drops unhandled signals to a namespace's init from inside it; ignoring them explicitly
@@ -100,6 +101,8 @@ Status Server::setup() {
   }
   w = 0;
   watch(signal_fd_.get(), kSignal, 0, &w, EPOLLIN);
+  // A sandbox without its generation file still serves: processes that read it just find none.
+  if (auto st = startFirstGeneration(); !st) log("generation: " + st.error().message);
   return ok();
 }
 

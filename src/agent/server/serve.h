@@ -16,6 +16,8 @@ struct ServeOptions {
   std::string root = "/";                    // file operations resolve beneath it (RESOLVE_IN_ROOT)
   std::map<std::string, std::string> base_env;  // environment of every process the agent starts
   bool is_pid1 = false;                      // reap orphans; exit ends the sandbox
+  // Keep run/space/generation beneath root (generation.cc). Off where root is the host's own /.
+  bool publish_generation = false;
 };
 
 // Returns the process exit code.

@@ -1,7 +1,7 @@
 // The agent's internal state: one host connection, the operations running on its channels, and the
 // processes the agent started. Split by concern: serve.cc (loop, connection, framing), process.cc
 // (exec, reaping, timeouts, stdin), spawn.cc (the child side of fork/exec), background.cc (detached
-// processes and their output rings), files.cc (file API beneath the root), identity.cc.
+// processes and their output rings), files.cc (file API beneath the root), identity.cc, generation.cc.
 #pragma once
 
 #include <sys/epoll.h>
@@ -93,6 +93,13 @@ struct Channel {
 // Exit status as the protocol reports it.
 json exitEvent(const Process& p);
 
+// What happens to the running processes when set_identity starts a new generation (generation.cc).
+struct RestoreAction {
+  enum Mode { kSignal, kKill, kNone } mode = kSignal;
+  int signal = 0;
+};
+Result<RestoreAction> parseRestoreAction(const json& spec);
+
 class Server {
  public:
   explicit Server(const ServeOptions& options);
@@ -178,6 +185,13 @@ class Server {
   // identity.cc
   void opSetIdentity(uint32_t ch, const json& msg);
 
+  // generation.cc
+  Status startFirstGeneration();
+  Status publishGeneration();
+  Result<json> beginGeneration(const RestoreAction& action);
+  void signalEveryProcess(int signo);
+  void killEveryProcess();
+
   ServeOptions options_;
   UniqueFd root_;  // O_PATH directory fd of options_.root; every file path resolves beneath it
   UniqueFd epoll_, signal_fd_, listen_;
@@ -200,6 +214,8 @@ class Server {
   uint64_t next_key_ = 1;
   uint64_t next_bg_ = 1;
   std::map<std::string, std::string> env_;  // base environment, extended by set_identity
+  uint64_t generation_ = 0;                 // restores of this memory so far (generation.cc)
+  std::string generation_id_;               // 32 hex digits, new with every generation
 };
 
 int64_t nowUnixMs();

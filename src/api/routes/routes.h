@@ -80,7 +80,7 @@ Result<MoveCommand> parseMove(std::string_view body);
 // POST /v1/sandboxes/{id}/snapshots {"name"?} -> the name ("" = none)
 Result<std::string> parseSnapshotBody(std::string_view body);
 // POST /v1/sandboxes/{id}/rollback {"snapshot": id or name}
-Result<std::string> parseRollbackBody(std::string_view body);
+Result<core::RollbackSandbox> parseRollbackBody(std::string_view body);
 // POST /v1/sandboxes/{id}/fork {"count"?: 1-64, "snapshot"?}
 Result<core::ForkSandbox> parseForkBody(std::string_view body);
 nlohmann::json snapshotJson(const store::SnapshotRecord& s);

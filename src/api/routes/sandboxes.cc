@@ -252,8 +252,8 @@ void registerSandboxRoutes(Router& r) {
   });
   r.add("POST", "/v1/sandboxes/{id}/rollback", [](RouteContext& ctx) -> Status {
     ASSIGN_OR_RETURN(std::string body, ctx.jsonBody());
-    ASSIGN_OR_RETURN(std::string snap, parseRollbackBody(body));
-    ASSIGN_OR_RETURN(auto view, ctx.manager.rollback(ctx.param("id"), snap));
+    ASSIGN_OR_RETURN(core::RollbackSandbox cmd, parseRollbackBody(body));
+    ASSIGN_OR_RETURN(auto view, ctx.manager.rollback(ctx.param("id"), cmd.snapshot, cmd.after_restore));
     return sendJson(ctx.resp, 200, view.toJson());
   });
   r.add("POST", "/v1/sandboxes/{id}/fork", [](RouteContext& ctx) -> Status {
@@ -281,17 +281,46 @@ Result<std::string> parseSnapshotBody(std::string_view body) {
   return name.value_or("");
 }
 
-Result<std::string> parseRollbackBody(std::string_view body) {
-  ASSIGN_OR_RETURN(auto in, JsonInput::parse(body, {"snapshot"}));
+// on_restore and restore_signal of a fork or rollback (docs/snapshots.md "Generations").
+static Result<core::AfterRestore> parseAfterRestore(const JsonInput& in) {
+  core::AfterRestore after;
+  ASSIGN_OR_RETURN(auto mode, in.string("on_restore", 16));
+  if (mode) {
+    if (*mode != "signal" && *mode != "kill" && *mode != "none")
+      return makeError(ErrorKind::kInvalidArgument, "on_restore must be \"signal\", \"kill\" or \"none\"");
+    after.processes = *mode;
+  }
+  if (in.has("restore_signal")) {
+    if (after.processes != "signal")
+      return makeError(ErrorKind::kInvalidArgument, "restore_signal applies to on_restore \"signal\" only");
+    const auto& v = in.raw()["restore_signal"];
+    if (v.is_string()) {
+      ASSIGN_OR_RETURN(after.signal, parseSignal(v.get<std::string>()));
+    } else if (v.is_number_integer() && v.get<int64_t>() >= 1 && v.get<int64_t>() <= 64) {
+      after.signal = static_cast<int>(v.get<int64_t>());
+    } else {
+      return makeError(ErrorKind::kInvalidArgument,
+                       "restore_signal must be a name like \"URG\" or a number from 1 to 64");
+    }
+  }
+  return after;
+}
+
+Result<core::RollbackSandbox> parseRollbackBody(std::string_view body) {
+  ASSIGN_OR_RETURN(auto in, JsonInput::parse(body, {"snapshot", "on_restore", "restore_signal"}));
   ASSIGN_OR_RETURN(auto snap, in.string("snapshot", 64));
   if (!snap || snap->empty()) return makeError(ErrorKind::kInvalidArgument, "snapshot: required (an id or a name)");
-  return *snap;
+  core::RollbackSandbox cmd;
+  cmd.snapshot = *snap;
+  ASSIGN_OR_RETURN(cmd.after_restore, parseAfterRestore(in));
+  return cmd;
 }
 
 Result<core::ForkSandbox> parseForkBody(std::string_view body) {
   core::ForkSandbox cmd;
   if (body.empty()) return cmd;
-  ASSIGN_OR_RETURN(auto in, JsonInput::parse(body, {"count", "snapshot"}));
+  ASSIGN_OR_RETURN(auto in, JsonInput::parse(body, {"count", "snapshot", "on_restore", "restore_signal"}));
+  ASSIGN_OR_RETURN(cmd.after_restore, parseAfterRestore(in));
   ASSIGN_OR_RETURN(auto count, in.integer("count"));
   if (count) {
     if (*count < 1 || *count > 64) return makeError(ErrorKind::kInvalidArgument, "count must be between 1 and 64");

@@ -1,6 +1,8 @@
 // The request parsers alone: request in, command or 400 message out.
 #include <gtest/gtest.h>
 
+#include <csignal>
+
 #include "api/routes/routes.h"
 #include "api/validate.h"
 #include "core/config.h"
@@ -41,6 +43,36 @@ TEST(Parse, Signals) {
   EXPECT_EQ(*parseSignalBody(R"({"signal":15})"), 15);
   EXPECT_EQ(*parseSignalBody(""), 15);
   EXPECT_FALSE(parseSignalBody(R"({"signal":1.5})"));
+}
+
+// What a fork or rollback does to the processes a VM's memory brings back (docs/snapshots.md "Generations").
+TEST(Parse, RestoreOptionsOfForkAndRollback) {
+  auto fork = parseForkBody(R"({"count": 2})");
+  ASSERT_TRUE(fork);
+  EXPECT_EQ(fork->after_restore.processes, "signal");  // the default
+  EXPECT_EQ(fork->after_restore.signal, SIGURG);
+  fork = parseForkBody(R"({"on_restore": "kill"})");
+  ASSERT_TRUE(fork);
+  EXPECT_EQ(fork->after_restore.processes, "kill");
+  fork = parseForkBody(R"({"on_restore": "signal", "restore_signal": "USR2"})");
+  ASSERT_TRUE(fork);
+  EXPECT_EQ(fork->after_restore.signal, SIGUSR2);
+  auto back = parseRollbackBody(R"({"snapshot": "s1", "restore_signal": 10})");
+  ASSERT_TRUE(back);
+  EXPECT_EQ(back->snapshot, "s1");
+  EXPECT_EQ(back->after_restore.signal, 10);
+  back = parseRollbackBody(R"({"snapshot": "s1", "on_restore": "none"})");
+  ASSERT_TRUE(back);
+  EXPECT_EQ(back->after_restore.processes, "none");
+  EXPECT_EQ(parseSignal("URG").value_or(0), SIGURG);
+  for (const char* bad : {R"({"snapshot": "s", "on_restore": "restart"})", R"({"snapshot": "s", "on_restore": 1})",
+                          R"({"snapshot": "s", "restore_signal": 0})", R"({"snapshot": "s", "restore_signal": "NOPE"})",
+                          R"({"snapshot": "s", "on_restore": "kill", "restore_signal": "URG"})"}) {
+    auto r = parseRollbackBody(bad);
+    ASSERT_FALSE(r) << bad;
+    EXPECT_EQ(r.error().kind, ErrorKind::kInvalidArgument) << bad;
+  }
+  EXPECT_FALSE(parseForkBody(R"({"on_restore": "reboot"})"));
 }
 
 TEST(Parse, ModesNamesPaths) {

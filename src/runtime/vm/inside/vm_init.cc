@@ -184,6 +184,7 @@ Result<agent::ServeOptions> vmInit(int argc, char** argv) {
   options.base_env["HOME"] = "/root";
   options.base_env["TERM"] = "xterm";
   options.is_pid1 = getpid() == 1;
+  options.publish_generation = true;  // on the /run tmpfs, which is guest memory like the processes
   return options;
 }
 
