@@ -21,10 +21,26 @@ struct SecretOptions {
   std::string name, value_file, header, format;
   std::vector<std::string> hosts;
 };
-// The policy `space net` / `space create --net-*` sends: base's mode and rules, the mode replaced when
-// given, and one rule per --allow/--deny ("api.example.com", "*.example.com:443", "203.0.113.0/24").
-Result<nlohmann::json> networkPolicy(const std::string& mode, const std::vector<std::string>& allow,
-                                     const std::vector<std::string>& deny, const nlohmann::json& base);
+// One rule as typed after --allow/--deny/--remove: "api.example.com", "*.example.com:443",
+// "203.0.113.0/24", "10.252.77.0/24:8080", "10.252.77.2" (an address is taken as /32 or /128),
+// "2001:db8::1", "[2001:db8::]/32:443"; a port may be a list ("80,443"). Gives {"action", "domain" |
+// "cidr", "ports"?}; the daemon validates the address and the name.
+Result<nlohmann::json> ruleFromText(const std::string& action, const std::string& text);
+
+struct NetOptions {
+  std::string mode;
+  std::vector<std::string> allow, deny, remove;
+  bool reset = false;
+  bool changes() const { return !mode.empty() || !allow.empty() || !deny.empty() || !remove.empty() || reset; }
+};
+// The policy `space net` / `space create --net-*` sends: base's mode and rules (none after --reset),
+// each --remove taken out (an error when it matches no rule), one rule per --allow/--deny, and the mode
+// replaced when given.
+Result<nlohmann::json> networkPolicy(const NetOptions& o, const nlohmann::json& base);
+// What a mode change does to the rules that stay ("" when the mode is unchanged).
+std::string modeChangeNote(const std::string& from, const nlohmann::json& policy);
+// `space net log`: one audit line as a table row (TIME VERDICT DESTINATION RULE REASON).
+std::vector<std::string> auditRow(const nlohmann::json& line);
 struct ExecOptions {
   std::vector<std::string> env;
   std::string cwd, user, timeout;
@@ -66,8 +82,7 @@ int cmdTemplateBuild(Context& ctx, const TemplateBuildOptions& o);
 int cmdTemplateLs(Context& ctx);
 int cmdTemplateRm(Context& ctx, const std::string& name);
 int cmdTemplateWarm(Context& ctx, const std::string& name);
-int cmdNet(Context& ctx, const std::string& id, const std::string& mode, const std::vector<std::string>& allow,
-           const std::vector<std::string>& deny);
+int cmdNet(Context& ctx, const std::string& id, const NetOptions& o);
 int cmdNetLog(Context& ctx, const std::string& id, bool follow);
 int cmdSecretSet(Context& ctx, const SecretOptions& o);
 int cmdSecretLs(Context& ctx);

@@ -146,19 +146,22 @@ int main(int argc, char** argv) {
   c_kill->add_option("PROCID", proc)->required();
   c_kill->add_option("SIG", sig);
 
-  std::string net_mode;
-  std::vector<std::string> net_allow, net_deny;
+  NetOptions net;
   bool net_follow = false;
-  auto* c_net = app.add_subcommand("net", "show or change a sandbox's egress policy: space net ID [--allow D] [--deny D] [--mode M]");
+  auto* c_net = app.add_subcommand(
+      "net", "show or change a sandbox's egress policy: space net ID [--allow R] [--deny R] [--remove R] [--reset] [--mode M]");
   // Not required at parse time: `space net log ID` has no ID before "log".
   c_net->add_option("ID", id);
-  c_net->add_option("--mode", net_mode, "deny-all, allow-list or allow-all-public")
+  c_net->add_option("--mode", net.mode, "deny-all, allow-list or allow-all-public")
       ->check(CLI::IsMember({"deny-all", "allow-list", "allow-all-public"}));
-  c_net->add_option("--allow", net_allow, "add an allow rule: domain, *.suffix or CIDR, [:PORT] (repeatable)");
-  c_net->add_option("--deny", net_deny, "add a deny rule (repeatable)");
-  auto* c_net_log = c_net->add_subcommand("log", "the gateway's audit lines of a sandbox");
+  c_net->add_option("--allow", net.allow,
+                    "add an allow rule: DOMAIN, *.SUFFIX, IP, CIDR or [IPv6]/LEN, then :PORT[,PORT] (repeatable)");
+  c_net->add_option("--deny", net.deny, "add a deny rule, same forms (repeatable)");
+  c_net->add_option("--remove", net.remove, "remove the rules for this target (and port, when given) (repeatable)");
+  c_net->add_flag("--reset", net.reset, "drop every rule and go back to deny-all (before --allow/--deny)");
+  auto* c_net_log = c_net->add_subcommand("log", "the gateway's decisions for a sandbox, as a table (--json: raw lines)");
   std::string net_log_id;
-  c_net_log->add_option("LOG_ID", net_log_id)->required();
+  c_net_log->add_option("ID", net_log_id)->required();
   c_net_log->add_flag("--follow,-f", net_follow, "keep printing new lines");
 
   SecretOptions secret;
@@ -232,8 +235,8 @@ int main(int argc, char** argv) {
   if (c_kill->parsed()) return cmdKill(ctx, id, proc, sig);
   if (c_net_log->parsed()) return cmdNetLog(ctx, net_log_id, net_follow);
   if (c_net->parsed()) {
-    if (id.empty()) return fail(&ctx, Error{ErrorKind::kInvalidArgument, 0, "space net ID [--allow D] [--deny D] [--mode M] | space net log ID [--follow]"});
-    return cmdNet(ctx, id, net_mode, net_allow, net_deny);
+    if (id.empty()) return fail(&ctx, Error{ErrorKind::kInvalidArgument, 0, "space net ID [--allow R] [--deny R] [--remove R] [--reset] [--mode M] | space net log ID [--follow]"});
+    return cmdNet(ctx, id, net);
   }
   if (c_secret_set->parsed()) return cmdSecretSet(ctx, secret);
   if (c_secret_ls->parsed()) return cmdSecretLs(ctx);

@@ -205,6 +205,7 @@ Result<json> Manager::getNetwork(const std::string& id) {
   if (auto subnet = jail::persistedSubnet(rec.persisted)) {
     out["subnet"] = subnet->cidr();
     out["gateway"] = subnet->hostText();
+    out["address"] = subnet->sandboxText();  // what the gateway's audit lines name as the source
   }
   return out;
 }
