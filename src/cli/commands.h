@@ -61,7 +61,17 @@ int cmdRm(Context& ctx, const std::vector<std::string>& ids);
 int cmdExec(Context& ctx, const std::string& id, const ExecOptions& o);
 int cmdRun(Context& ctx, const CreateOptions& c, const ExecOptions& o);
 int cmdShell(Context& ctx, const std::string& id, const std::string& cmd);
-int cmdCp(Context& ctx, const std::string& src, const std::string& dst);
+struct CpOptions {
+  bool recursive = false;  // -r: directories, as one tar stream
+  bool parents = false;    // -p: make missing parent directories on the receiving side
+};
+int cmdCp(Context& ctx, const std::string& src, const std::string& dst, const CpOptions& o);
+// space files ls|stat|mkdir|mv|rm: the sandbox file API.
+int cmdFilesLs(Context& ctx, const std::string& id, const std::string& path);
+int cmdFilesStat(Context& ctx, const std::string& id, const std::string& path);
+int cmdFilesMkdir(Context& ctx, const std::string& id, const std::string& path, bool parents);
+int cmdFilesMv(Context& ctx, const std::string& id, const std::string& from, const std::string& to);
+int cmdFilesRm(Context& ctx, const std::string& id, const std::string& path, bool recursive);
 int cmdLogs(Context& ctx, const std::string& id, const std::string& proc, bool follow);
 int cmdPs(Context& ctx, const std::string& id);
 int cmdStart(Context& ctx, const std::string& id, const ExecOptions& o);

@@ -122,9 +122,32 @@ int main(int argc, char** argv) {
   c_shell->add_option("--cmd", shell_cmd, "program to run on the terminal");
 
   std::string cp_src, cp_dst;
-  auto* c_cp = app.add_subcommand("cp", "copy a file: space cp ./f ID:/root/  or  space cp ID:/root/f ./");
+  CpOptions cp;
+  auto* c_cp = app.add_subcommand(
+      "cp", "copy files in or out: space cp ./f ID:/root/  |  space cp -r ID:/root/dir ./  |  - is stdin/stdout");
   c_cp->add_option("SRC", cp_src)->required();
   c_cp->add_option("DST", cp_dst)->required();
+  c_cp->add_flag("-r,--recursive", cp.recursive, "copy a directory (as one tar stream; with -, the tar itself)");
+  c_cp->add_flag("-p,--parents", cp.parents, "make missing parent directories on the receiving side");
+
+  std::string files_path, files_to;
+  bool files_flag = false;
+  auto* c_files = app.add_subcommand("files", "the files of a sandbox: ls, stat, mkdir, mv, rm");
+  c_files->require_subcommand(1);
+  auto* c_files_ls = c_files->add_subcommand("ls", "list a directory: space files ls ID PATH");
+  auto* c_files_stat = c_files->add_subcommand("stat", "type, size, mode, owner, time of a path");
+  auto* c_files_mkdir = c_files->add_subcommand("mkdir", "make a directory");
+  c_files_mkdir->add_flag("-p,--parents", files_flag, "make missing parents too; no error if it exists");
+  auto* c_files_rm = c_files->add_subcommand("rm", "remove a file or an empty directory");
+  c_files_rm->add_flag("-r,--recursive", files_flag, "remove a directory and everything in it");
+  for (auto* c : {c_files_ls, c_files_stat, c_files_mkdir, c_files_rm}) {
+    c->add_option("ID", id)->required();
+    c->add_option("PATH", files_path)->required();
+  }
+  auto* c_files_mv = c_files->add_subcommand("mv", "move or rename: space files mv ID FROM TO");
+  c_files_mv->add_option("ID", id)->required();
+  c_files_mv->add_option("FROM", files_path)->required();
+  c_files_mv->add_option("TO", files_to)->required();
 
   bool follow = false;
   auto* c_logs = app.add_subcommand("logs", "output of a background process");
@@ -228,7 +251,12 @@ int main(int argc, char** argv) {
   if (c_exec->parsed()) return cmdExec(ctx, id, exec);
   if (c_run->parsed()) return cmdRun(ctx, run_create, run_exec);
   if (c_shell->parsed()) return cmdShell(ctx, id, shell_cmd);
-  if (c_cp->parsed()) return cmdCp(ctx, cp_src, cp_dst);
+  if (c_cp->parsed()) return cmdCp(ctx, cp_src, cp_dst, cp);
+  if (c_files_ls->parsed()) return cmdFilesLs(ctx, id, files_path);
+  if (c_files_stat->parsed()) return cmdFilesStat(ctx, id, files_path);
+  if (c_files_mkdir->parsed()) return cmdFilesMkdir(ctx, id, files_path, files_flag);
+  if (c_files_mv->parsed()) return cmdFilesMv(ctx, id, files_path, files_to);
+  if (c_files_rm->parsed()) return cmdFilesRm(ctx, id, files_path, files_flag);
   if (c_logs->parsed()) return cmdLogs(ctx, id, proc, follow);
   if (c_ps->parsed()) return cmdPs(ctx, id);
   if (c_start->parsed()) return cmdStart(ctx, id, start);
