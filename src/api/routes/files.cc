@@ -108,8 +108,9 @@ Result<MoveCommand> parseMove(std::string_view body) {
 }
 
 void registerFileRoutes(Router& r) {
-  r.add("GET", "/v1/sandboxes/{id}/files", download);
-  r.add("PUT", "/v1/sandboxes/{id}/files", upload);
+  // The agent may report a missing path at any step of a transfer (open, write, commit).
+  r.add("GET", "/v1/sandboxes/{id}/files", [](RouteContext& ctx) { return about("file", download(ctx)); });
+  r.add("PUT", "/v1/sandboxes/{id}/files", [](RouteContext& ctx) { return about("file", upload(ctx)); });
   r.add("GET", "/v1/sandboxes/{id}/files/archive", downloadTree);
   r.add("PUT", "/v1/sandboxes/{id}/files/archive", uploadTree);
   r.add("DELETE", "/v1/sandboxes/{id}/files", [](RouteContext& ctx) -> Status {
