@@ -147,3 +147,11 @@ def test_not_found_hints_fit_what_is_missing(cli, sandbox, tmp_path):
     assert r.returncode == 1 and "space ls" not in err(r) and "hint:" not in err(r), err(r)
     r = cli("create", "--template", "no-such-template")
     assert "'space template ls'" in err(r) and "space ls " not in err(r), err(r)
+
+
+def test_export_without_kek_says_what_it_needs(cli, sandbox, tmp_path):
+    r = cli("snapshot", sandbox)
+    assert r.returncode == 0, err(r)
+    r = cli("snapshot", "export", out(r).strip(), "-o", str(tmp_path / "a.spacearchive"))
+    assert r.returncode == 1 and "snapshot_kek" in err(r), err(r)
+    assert "hint:" not in err(r), err(r)  # not "the node does not offer this", not an API-key hint
