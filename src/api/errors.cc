@@ -30,7 +30,10 @@ Status sendJson(http::ResponseWriter& resp, int status, const nlohmann::json& bo
 }
 
 Status sendError(http::ResponseWriter& resp, const Error& error) {
-  return sendError(resp, httpStatus(error), errorKindName(error.kind), error.message);
+  nlohmann::json body = errorJson(errorKindName(error.kind), error.message);
+  // What was not found, so a client can point at the right listing ("sandbox", "file", ...).
+  if (!error.resource.empty()) body["error"]["resource"] = error.resource;
+  return sendJson(resp, httpStatus(error), body);
 }
 
 Status sendError(http::ResponseWriter& resp, int status, std::string_view code, std::string_view message) {

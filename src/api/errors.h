@@ -1,5 +1,5 @@
-// How errors reach API clients: {"error":{"code":"<errorKindName>","message":"..."}} with the HTTP status
-// of the error's kind.
+// How errors reach API clients: {"error":{"code":"<errorKindName>","message":"...","resource"?:"sandbox"}}
+// with the HTTP status of the error's kind; "resource" names what was not found, when known.
 #pragma once
 
 #include <string>
@@ -13,6 +13,14 @@
 namespace space::api {
 
 int httpStatus(const Error& error);
+
+// A kNotFound from an agent operation is about what the request named inside the sandbox (a file, a
+// process): tag it so, unless it already says what it is.
+template <class T>
+Result<T> about(const char* resource, Result<T> r) {
+  if (!r && r.error().kind == ErrorKind::kNotFound && r.error().resource.empty()) r.error().resource = resource;
+  return r;
+}
 nlohmann::json errorJson(std::string_view code, std::string_view message);
 Status sendJson(http::ResponseWriter& resp, int status, const nlohmann::json& body);
 Status sendError(http::ResponseWriter& resp, const Error& error);

@@ -21,12 +21,29 @@ struct SecretOptions {
   std::string name, value_file, header, format;
   std::vector<std::string> hosts, methods, path_prefixes;
 };
-// The policy `space net` / `space create --net-*` sends: base's mode, rules and tls, the mode and tls
-// replaced when given, and one rule per --allow/--deny ("api.example.com", "*.example.com:443",
-// "203.0.113.0/24").
-Result<nlohmann::json> networkPolicy(const std::string& mode, const std::vector<std::string>& allow,
-                                     const std::vector<std::string>& deny, const nlohmann::json& base,
-                                     const std::string& tls = "");
+// One rule as typed after --allow/--deny/--remove: "api.example.com", "*.example.com:443",
+// "203.0.113.0/24", "10.252.77.0/24:8080", "10.252.77.2" (an address is taken as /32 or /128),
+// "2001:db8::1", "[2001:db8::]/32:443"; a port may be a list ("80,443"). Gives {"action", "domain" |
+// "cidr", "ports"?}; the daemon validates the address and the name.
+Result<nlohmann::json> ruleFromText(const std::string& action, const std::string& text);
+
+struct NetOptions {
+  std::string mode;
+  std::string tls;  // intercept-bound | intercept-all; empty: unchanged
+  std::vector<std::string> allow, deny, remove;
+  bool reset = false;
+  bool changes() const {
+    return !mode.empty() || !tls.empty() || !allow.empty() || !deny.empty() || !remove.empty() || reset;
+  }
+};
+// The policy `space net` / `space create --net-*` sends: base's mode, rules and tls (no rules after
+// --reset), each --remove taken out (an error when it matches no rule), one rule per --allow/--deny, and
+// the mode and tls replaced when given.
+Result<nlohmann::json> networkPolicy(const NetOptions& o, const nlohmann::json& base);
+// What a mode change does to the rules that stay ("" when the mode is unchanged).
+std::string modeChangeNote(const std::string& from, const nlohmann::json& policy);
+// `space net log`: one audit line as a table row (TIME VERDICT DESTINATION RULE REASON).
+std::vector<std::string> auditRow(const nlohmann::json& line);
 // Prints the "warnings" of an answer (allow rules for shared CDNs) to stderr.
 void printWarnings(const nlohmann::json& answer);
 struct ExecOptions {
@@ -56,7 +73,17 @@ int cmdRun(Context& ctx, const CreateOptions& c, const ExecOptions& o);
 // The PTY route's target: cmd= the program, one arg= per argument, the terminal's size.
 Result<std::string> shellTarget(const std::string& id, const ShellOptions& o, int rows, int cols);
 int cmdShell(Context& ctx, const std::string& id, const ShellOptions& o);
-int cmdCp(Context& ctx, const std::string& src, const std::string& dst);
+struct CpOptions {
+  bool recursive = false;  // -r: directories, as one tar stream
+  bool parents = false;    // -p: make missing parent directories on the receiving side
+};
+int cmdCp(Context& ctx, const std::string& src, const std::string& dst, const CpOptions& o);
+// space files ls|stat|mkdir|mv|rm: the sandbox file API.
+int cmdFilesLs(Context& ctx, const std::string& id, const std::string& path);
+int cmdFilesStat(Context& ctx, const std::string& id, const std::string& path);
+int cmdFilesMkdir(Context& ctx, const std::string& id, const std::string& path, bool parents);
+int cmdFilesMv(Context& ctx, const std::string& id, const std::string& from, const std::string& to);
+int cmdFilesRm(Context& ctx, const std::string& id, const std::string& path, bool recursive);
 int cmdLogs(Context& ctx, const std::string& id, const std::string& proc, bool follow);
 int cmdPs(Context& ctx, const std::string& id);
 int cmdStart(Context& ctx, const std::string& id, const ExecOptions& o);
@@ -78,8 +105,7 @@ int cmdTemplateBuild(Context& ctx, const TemplateBuildOptions& o);
 int cmdTemplateLs(Context& ctx);
 int cmdTemplateRm(Context& ctx, const std::string& name);
 int cmdTemplateWarm(Context& ctx, const std::string& name);
-int cmdNet(Context& ctx, const std::string& id, const std::string& mode, const std::vector<std::string>& allow,
-           const std::vector<std::string>& deny, const std::string& tls = "");
+int cmdNet(Context& ctx, const std::string& id, const NetOptions& o);
 int cmdNetLog(Context& ctx, const std::string& id, bool follow);
 int cmdSecretSet(Context& ctx, const SecretOptions& o);
 int cmdSecretLs(Context& ctx);

@@ -31,6 +31,22 @@ bool aboutNodeFacility(const std::string& message) {
 
 }  // namespace
 
+namespace {
+
+// Where to look when something is not there, by what the daemon says was missing.
+std::string notFoundHint(const std::string& resource) {
+  if (resource == "sandbox") return "'space ls' lists sandboxes";
+  if (resource == "template") return "'space template ls' lists templates; 'space template build NAME' makes one";
+  if (resource == "snapshot") return "'space history ID' lists a sandbox's snapshots";
+  if (resource == "file") return "'space files ls ID DIR' shows what is there; 'space cp -p' makes missing directories";
+  if (resource == "process") return "'space ps ID' lists the sandbox's background processes";
+  if (resource == "key") return "'space key ls' lists API keys";
+  if (resource == "secret") return "'space secret ls' lists secrets";
+  return "";  // a local file, or something the daemon did not name: the message says enough
+}
+
+}  // namespace
+
 std::string failureHint(const Error& error) {
   switch (error.kind) {
     case ErrorKind::kUnavailable:
@@ -41,12 +57,14 @@ std::string failureHint(const Error& error) {
     case ErrorKind::kUnauthenticated:
       return "set SPACE_API_KEY to a key made with 'space key create NAME' on the daemon's host";
     case ErrorKind::kNotFound:
-      return "'space ls' lists sandboxes, 'space template ls' templates";
+      return notFoundHint(error.resource);
     case ErrorKind::kConflict:
       return "the sandbox is not in a state that allows this; see 'space inspect ID'";
     case ErrorKind::kResourceExhausted:
       return "a quota or the disk is full; remove sandboxes with 'space rm ID' or ask for less";
     case ErrorKind::kUnsupported:
+      // A missing setting is named by the message itself (e.g. snapshot_kek); only node facilities point on.
+      if (error.message.find("snapshot_kek") != std::string::npos) return "";
       return "the node does not offer this; 'space node' shows its tiers, accelerator and egress";
     default:
       return "";
@@ -68,7 +86,11 @@ int fail(const Context* ctx, const Error& error) {
 
 Status checkResponse(const http::ClientResponse& resp) {
   if (resp.status >= 200 && resp.status < 300) return ok();
-  return makeError(http::errorKindFromStatus(resp.status), "{}", http::errorMessageFromBody(resp.body));
+  Error e{http::errorKindFromStatus(resp.status), 0, http::errorMessageFromBody(resp.body)};
+  auto j = nlohmann::json::parse(resp.body, nullptr, false);
+  if (j.is_object() && j.contains("error") && j["error"].is_object())
+    e.resource = j["error"].value("resource", "");
+  return tl::unexpected(e);
 }
 
 Result<nlohmann::json> callJson(Context& ctx, const std::string& method, const std::string& target,

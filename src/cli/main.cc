@@ -96,9 +96,32 @@ int main(int argc, char** argv) {
   auto* c_shell = addShellCommand(app, id, shell);
 
   std::string cp_src, cp_dst;
-  auto* c_cp = app.add_subcommand("cp", "copy a file: space cp ./f ID:/root/  or  space cp ID:/root/f ./");
+  CpOptions cp;
+  auto* c_cp = app.add_subcommand(
+      "cp", "copy files in or out: space cp ./f ID:/root/  |  space cp -r ID:/root/dir ./  |  - is stdin/stdout");
   c_cp->add_option("SRC", cp_src)->required();
   c_cp->add_option("DST", cp_dst)->required();
+  c_cp->add_flag("-r,--recursive", cp.recursive, "copy a directory (as one tar stream; with -, the tar itself)");
+  c_cp->add_flag("-p,--parents", cp.parents, "make missing parent directories on the receiving side");
+
+  std::string files_path, files_to;
+  bool files_flag = false;
+  auto* c_files = app.add_subcommand("files", "the files of a sandbox: ls, stat, mkdir, mv, rm");
+  c_files->require_subcommand(1);
+  auto* c_files_ls = c_files->add_subcommand("ls", "list a directory: space files ls ID PATH");
+  auto* c_files_stat = c_files->add_subcommand("stat", "type, size, mode, owner, time of a path");
+  auto* c_files_mkdir = c_files->add_subcommand("mkdir", "make a directory");
+  c_files_mkdir->add_flag("-p,--parents", files_flag, "make missing parents too; no error if it exists");
+  auto* c_files_rm = c_files->add_subcommand("rm", "remove a file or an empty directory");
+  c_files_rm->add_flag("-r,--recursive", files_flag, "remove a directory and everything in it");
+  for (auto* c : {c_files_ls, c_files_stat, c_files_mkdir, c_files_rm}) {
+    c->add_option("ID", id)->required();
+    c->add_option("PATH", files_path)->required();
+  }
+  auto* c_files_mv = c_files->add_subcommand("mv", "move or rename: space files mv ID FROM TO");
+  c_files_mv->add_option("ID", id)->required();
+  c_files_mv->add_option("FROM", files_path)->required();
+  c_files_mv->add_option("TO", files_to)->required();
 
   bool follow = false;
   auto* c_logs = app.add_subcommand("logs", "output of a background process");
@@ -117,21 +140,24 @@ int main(int argc, char** argv) {
   c_kill->add_option("PROCID", proc)->required();
   c_kill->add_option("SIG", sig);
 
-  std::string net_mode, net_tls;
-  std::vector<std::string> net_allow, net_deny;
+  NetOptions net;
   bool net_follow = false;
-  auto* c_net = app.add_subcommand("net", "show or change a sandbox's egress policy: space net ID [--allow D] [--deny D] [--mode M]");
+  auto* c_net = app.add_subcommand(
+      "net", "show or change a sandbox's egress policy: space net ID [--allow R] [--deny R] [--remove R] [--reset] [--mode M]");
   // Not required at parse time: `space net log ID` has no ID before "log".
   c_net->add_option("ID", id);
-  c_net->add_option("--mode", net_mode, "deny-all, allow-list or allow-all-public")
+  c_net->add_option("--mode", net.mode, "deny-all, allow-list or allow-all-public")
       ->check(CLI::IsMember({"deny-all", "allow-list", "allow-all-public"}));
-  c_net->add_option("--allow", net_allow, "add an allow rule: domain, *.suffix or CIDR, [:PORT] (repeatable)");
-  c_net->add_option("--deny", net_deny, "add a deny rule (repeatable)");
-  c_net->add_option("--tls", net_tls, "intercept-bound or intercept-all (every allowed TLS host, Host held to SNI)")
+  addRepeatable(c_net, "--allow", net.allow,
+                "add an allow rule: DOMAIN, *.SUFFIX, IP, CIDR or [IPv6]/LEN, then :PORT[,PORT] (repeatable)");
+  addRepeatable(c_net, "--deny", net.deny, "add a deny rule, same forms (repeatable)");
+  addRepeatable(c_net, "--remove", net.remove, "remove the rules for this target (and port, when given) (repeatable)");
+  c_net->add_flag("--reset", net.reset, "drop every rule and go back to deny-all (before --allow/--deny)");
+  c_net->add_option("--tls", net.tls, "intercept-bound or intercept-all (every allowed TLS host, Host held to SNI)")
       ->check(CLI::IsMember({"intercept-bound", "intercept-all"}));
-  auto* c_net_log = c_net->add_subcommand("log", "the gateway's audit lines of a sandbox");
+  auto* c_net_log = c_net->add_subcommand("log", "the gateway's decisions for a sandbox, as a table (--json: raw lines)");
   std::string net_log_id;
-  c_net_log->add_option("LOG_ID", net_log_id)->required();
+  c_net_log->add_option("ID", net_log_id)->required();
   c_net_log->add_flag("--follow,-f", net_follow, "keep printing new lines");
 
   SecretOptions secret;
@@ -210,15 +236,20 @@ int main(int argc, char** argv) {
   if (c_exec->parsed()) return cmdExec(ctx, id, exec);
   if (c_run->parsed()) return cmdRun(ctx, run_create, run_exec);
   if (c_shell->parsed()) return cmdShell(ctx, id, shell);
-  if (c_cp->parsed()) return cmdCp(ctx, cp_src, cp_dst);
+  if (c_cp->parsed()) return cmdCp(ctx, cp_src, cp_dst, cp);
+  if (c_files_ls->parsed()) return cmdFilesLs(ctx, id, files_path);
+  if (c_files_stat->parsed()) return cmdFilesStat(ctx, id, files_path);
+  if (c_files_mkdir->parsed()) return cmdFilesMkdir(ctx, id, files_path, files_flag);
+  if (c_files_mv->parsed()) return cmdFilesMv(ctx, id, files_path, files_to);
+  if (c_files_rm->parsed()) return cmdFilesRm(ctx, id, files_path, files_flag);
   if (c_logs->parsed()) return cmdLogs(ctx, id, proc, follow);
   if (c_ps->parsed()) return cmdPs(ctx, id);
   if (c_start->parsed()) return cmdStart(ctx, id, start);
   if (c_kill->parsed()) return cmdKill(ctx, id, proc, sig);
   if (c_net_log->parsed()) return cmdNetLog(ctx, net_log_id, net_follow);
   if (c_net->parsed()) {
-    if (id.empty()) return fail(&ctx, Error{ErrorKind::kInvalidArgument, 0, "space net ID [--allow D] [--deny D] [--mode M] | space net log ID [--follow]"});
-    return cmdNet(ctx, id, net_mode, net_allow, net_deny, net_tls);
+    if (id.empty()) return fail(&ctx, Error{ErrorKind::kInvalidArgument, 0, "space net ID [--allow R] [--deny R] [--remove R] [--reset] [--mode M] [--tls T] | space net log ID [--follow]"});
+    return cmdNet(ctx, id, net);
   }
   if (c_secret_set->parsed()) return cmdSecretSet(ctx, secret);
   if (c_secret_ls->parsed()) return cmdSecretLs(ctx);

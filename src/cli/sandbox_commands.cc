@@ -56,8 +56,8 @@ Result<nlohmann::json> createBody(const CreateOptions& o) {
     body["labels"][kv.first] = kv.second;
   }
   if (!o.net_mode.empty() || !o.net_allow.empty() || !o.net_deny.empty() || !o.net_tls.empty()) {
-    ASSIGN_OR_RETURN(body["network"],
-                     networkPolicy(o.net_mode, o.net_allow, o.net_deny, nlohmann::json::object(), o.net_tls));
+    NetOptions net{.mode = o.net_mode, .tls = o.net_tls, .allow = o.net_allow, .deny = o.net_deny};
+    ASSIGN_OR_RETURN(body["network"], networkPolicy(net, nlohmann::json::object()));
   }
   for (const auto& s : o.secrets) body["secrets"].push_back(s);
   return body;

@@ -93,7 +93,8 @@ int cmdSnapshotImport(Context& ctx, const std::string& file, const std::string& 
   auto resp = uploadFromFd(ctx, "POST", sandboxPath(id) + "/snapshots/import", fd.get(),
                            static_cast<uint64_t>(st.st_size), file);
   if (!resp) return fail(&ctx, resp.error());
-  if (auto s = checkResponse(*resp); !s) return fail(&ctx, s.error());
+  // The daemon only saw an upload: the file's name is what the user knows it by.
+  if (auto s = checkResponse(*resp); !s) return fail(&ctx, s.error().context("import " + file));
   auto j = nlohmann::json::parse(resp->body, nullptr, false);
   fmt::print("{}\n", ctx.json ? j.dump() : j.value("id", ""));
   return 0;

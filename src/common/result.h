@@ -28,6 +28,9 @@ struct Error {
   ErrorKind kind = ErrorKind::kInternal;
   int sys_errno = 0;  // 0 when the error did not come from a syscall
   std::string message;
+  // For kNotFound: what was not found ("sandbox", "snapshot", "template", "file", "process", "key",
+  // "secret"), so that clients can say what to do about it; empty when unknown.
+  std::string resource;
 
   // Prepends context: "start sandbox sb-1: mount overlay at /x: Permission denied".
   Error& context(std::string_view what) {
@@ -47,6 +50,13 @@ inline tl::unexpected<Error> makeError(ErrorKind kind, std::string message) {
 template <class... Args>
 tl::unexpected<Error> makeError(ErrorKind kind, fmt::format_string<Args...> f, Args&&... args) {
   return makeError(kind, fmt::format(f, std::forward<Args>(args)...));
+}
+
+// kNotFound naming the kind of object that is missing.
+template <class... Args>
+tl::unexpected<Error> notFoundError(std::string resource, fmt::format_string<Args...> f, Args&&... args) {
+  return tl::unexpected<Error>(
+      Error{ErrorKind::kNotFound, 0, fmt::format(f, std::forward<Args>(args)...), std::move(resource)});
 }
 
 // An error from a syscall: the message names the call and its arguments, then strerror(errno).

@@ -200,7 +200,7 @@ void Manager::resyncEgress() {
 
 Result<json> Manager::getNetwork(const std::string& id) {
   ASSIGN_OR_RETURN(store::SandboxRecord rec, store_->getSandbox(id));
-  if (rec.pooled) return makeError(ErrorKind::kNotFound, "sandbox {} not found", id);
+  if (rec.pooled) return notFoundError("sandbox", "sandbox {} not found", id);
   if (!rec.spec.contains("egress")) return makeError(ErrorKind::kUnsupported, "{}", noNetworkMessage(id));
   const json& e = rec.spec["egress"];
   json out = e.value("policy", denyAll());
@@ -210,13 +210,14 @@ Result<json> Manager::getNetwork(const std::string& id) {
   if (auto subnet = jail::persistedSubnet(rec.persisted)) {
     out["subnet"] = subnet->cidr();
     out["gateway"] = subnet->hostText();
+    out["address"] = subnet->sandboxText();  // what the gateway's audit lines name as the source
   }
   return out;
 }
 
 Result<json> Manager::setNetwork(const std::string& id, const json& policy) {
   ASSIGN_OR_RETURN(store::SandboxRecord rec, store_->getSandbox(id));
-  if (rec.pooled) return makeError(ErrorKind::kNotFound, "sandbox {} not found", id);
+  if (rec.pooled) return notFoundError("sandbox", "sandbox {} not found", id);
   if (!rec.spec.contains("egress") || !egress_) return makeError(ErrorKind::kUnsupported, "{}", noNetworkMessage(id));
   if (rec.state != "running" && rec.state != "paused")
     return makeError(ErrorKind::kConflict, "sandbox {} is {}, not running", id, rec.state);
@@ -228,7 +229,7 @@ Result<json> Manager::setNetwork(const std::string& id, const json& policy) {
 
 Status Manager::streamNetLog(const std::string& id, bool follow, const std::function<bool(const std::string&)>& sink) {
   ASSIGN_OR_RETURN(store::SandboxRecord rec, store_->getSandbox(id));
-  if (rec.pooled) return makeError(ErrorKind::kNotFound, "sandbox {} not found", id);
+  if (rec.pooled) return notFoundError("sandbox", "sandbox {} not found", id);
   if (!egress_) return makeError(ErrorKind::kUnsupported, "no audit log: {}", egressOffMessage());
   std::ifstream in(egress_->auditLogPath());
   std::string line, partial;

@@ -287,7 +287,7 @@ Result<SandboxView> Manager::create(const CreateSandbox& cmd) {
   auto tpl = store_->getTemplate(template_name);
   if (!tpl) {
     if (tpl.error().kind == ErrorKind::kNotFound)
-      return makeError(ErrorKind::kNotFound, "template '{}' not found; build it with `space template build {} …` "
+      return notFoundError("template", "template '{}' not found; build it with `space template build {} …` "
                        "or list templates with `space template ls`", template_name, template_name);
     return tl::unexpected(tpl.error());
   }
@@ -363,7 +363,7 @@ Result<SandboxView> Manager::completeCreate(Started& started_ref, const CreateSa
 
 Result<SandboxView> Manager::get(const std::string& id) {
   ASSIGN_OR_RETURN(store::SandboxRecord rec, store_->getSandbox(id));
-  if (rec.pooled) return makeError(ErrorKind::kNotFound, "sandbox {} not found", id);
+  if (rec.pooled) return notFoundError("sandbox", "sandbox {} not found", id);
   return viewOf(rec, true);
 }
 
@@ -394,7 +394,7 @@ Status Manager::destroyRecord(store::SandboxRecord rec) {
 
 Status Manager::destroy(const std::string& id) {
   ASSIGN_OR_RETURN(store::SandboxRecord rec, store_->getSandbox(id));
-  if (rec.pooled) return makeError(ErrorKind::kNotFound, "sandbox {} not found", id);
+  if (rec.pooled) return notFoundError("sandbox", "sandbox {} not found", id);
   if (auto st = destroyRecord(rec); !st) {
     Error err = st.error();
     return tl::unexpected(err.context("delete sandbox " + id));
@@ -416,7 +416,7 @@ runtime::Instance Manager::instanceOf(const store::SandboxRecord& rec) {
 
 Status Manager::pause(const std::string& id) {
   ASSIGN_OR_RETURN(store::SandboxRecord rec, store_->getSandbox(id));
-  if (rec.pooled) return makeError(ErrorKind::kNotFound, "sandbox {} not found", id);
+  if (rec.pooled) return notFoundError("sandbox", "sandbox {} not found", id);
   if (rec.state == "paused") return ok();
   if (rec.state != "running") return makeError(ErrorKind::kConflict, "sandbox {} is {}, not running", id, rec.state);
   runtime::Runtime& rt = runtimeFor(rec.runtime);
@@ -435,7 +435,7 @@ Status Manager::pause(const std::string& id) {
 
 Status Manager::resume(const std::string& id) {
   ASSIGN_OR_RETURN(store::SandboxRecord rec, store_->getSandbox(id));
-  if (rec.pooled) return makeError(ErrorKind::kNotFound, "sandbox {} not found", id);
+  if (rec.pooled) return notFoundError("sandbox", "sandbox {} not found", id);
   if (rec.state == "running") return ok();
   if (rec.state != "paused") return makeError(ErrorKind::kConflict, "sandbox {} is {}, not paused", id, rec.state);
   runtime::Instance inst = instanceOf(rec);
@@ -464,7 +464,7 @@ Result<std::shared_ptr<agent::AgentClient>> Manager::agent(const std::string& id
     }
   }
   ASSIGN_OR_RETURN(store::SandboxRecord rec, store_->getSandbox(id));
-  if (rec.pooled) return makeError(ErrorKind::kNotFound, "sandbox {} not found", id);
+  if (rec.pooled) return notFoundError("sandbox", "sandbox {} not found", id);
   if (rec.state == "paused" && rec.spec.value("auto_paused", false)) {
     // Paused for being idle: the next use wakes it.
     TRY(resume(id));

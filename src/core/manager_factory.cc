@@ -7,6 +7,8 @@
 
 #include <spdlog/spdlog.h>
 
+#include "archive/kek.h"
+#include "archive/key_store.h"
 #include "core/egress_supervisor.h"
 #include "core/manager_impl.h"
 #include "core/memory_sealer.h"
@@ -94,6 +96,32 @@ uint64_t hostFileMax() {
   return v;
 }
 
+// A snapshot_kek that cannot be read, or that does not open the data key this node already holds, is
+// found now rather than at the first export or import. Between setting a new key and `space key rotate`
+// the previous key still opens it: that is only a warning.
+Status checkSnapshotKek(const DaemonConfig& config) {
+  if (config.snapshot_kek.empty()) return ok();
+  auto kek = archive::kekFromSpec(config.snapshot_kek);
+  if (!kek) return tl::unexpected(kek.error().context("snapshot_kek"));
+  archive::KeyStore keys(config.state_dir + "/keys");
+  auto dek = keys.dataKey(config.snapshot_tenant, **kek);
+  if (dek) return ok();
+  if (!config.snapshot_kek_previous.empty()) {
+    auto previous = archive::kekFromSpec(config.snapshot_kek_previous);
+    if (previous && keys.dataKey(config.snapshot_tenant, **previous)) {
+      spdlog::warn("snapshot_kek does not open the stored data key yet; snapshot_kek_previous does: run "
+                   "`space key rotate`");
+      return ok();
+    }
+  }
+  Error e = dek.error();
+  e.kind = ErrorKind::kInvalidArgument;
+  return tl::unexpected(e.context(fmt::format(
+      "snapshot_kek does not open the data key in {}/keys (a different key than the one it was made with; "
+      "set snapshot_kek_previous to the old key and run `space key rotate`)",
+      config.state_dir)));
+}
+
 Result<std::unique_ptr<SandboxManager>> makeSandboxManager(const DaemonConfig& config) {
   if (mkdir(config.state_dir.c_str(), 0711) < 0 && errno != EEXIST)
     return sysError(errno, "create state directory {}", config.state_dir);
@@ -104,6 +132,7 @@ Result<std::unique_ptr<SandboxManager>> makeSandboxManager(const DaemonConfig& c
   if ((st.st_mode & 0011) != 0011 && chmod(config.state_dir.c_str(), (st.st_mode & 07777) | 0011) < 0)
     return sysError(errno, "make state directory {} traversable", config.state_dir);
   ASSIGN_OR_RETURN(auto store, store::Store::open(config.state_dir));
+  TRY(checkSnapshotKek(config));
   if (config.max_sandboxes > static_cast<int>(kSlotsPerBlock))
     return makeError(ErrorKind::kInvalidArgument, "max_sandboxes {} exceeds the {} uid ranges a node has",
                      config.max_sandboxes, kSlotsPerBlock);

@@ -112,7 +112,7 @@ Result<store::SnapshotRecord> Manager::findSnapshot(const std::string& sandbox_i
   ASSIGN_OR_RETURN(auto all, store_->listSnapshots(sandbox_id));
   for (auto& s : all)
     if (s.name == ref) return s;
-  return makeError(ErrorKind::kNotFound, "sandbox {} has no snapshot named '{}'", sandbox_id, ref);
+  return notFoundError("snapshot", "sandbox {} has no snapshot named '{}'", sandbox_id, ref);
 }
 
 Result<store::SnapshotRecord> Manager::takeSnapshot(store::SandboxRecord& rec, const std::string& name,
@@ -160,13 +160,13 @@ Result<store::SnapshotRecord> Manager::snapshot(const std::string& id, const std
   TRY(checkSnapshotName(name));
   std::lock_guard op(snapshot_mu_);
   ASSIGN_OR_RETURN(store::SandboxRecord rec, store_->getSandbox(id));
-  if (rec.pooled) return makeError(ErrorKind::kNotFound, "sandbox {} not found", id);
+  if (rec.pooled) return notFoundError("sandbox", "sandbox {} not found", id);
   return takeSnapshot(rec, name, "manual");
 }
 
 Result<std::vector<store::SnapshotRecord>> Manager::listSnapshots(const std::string& id) {
   ASSIGN_OR_RETURN(store::SandboxRecord rec, store_->getSandbox(id));
-  if (rec.pooled) return makeError(ErrorKind::kNotFound, "sandbox {} not found", id);
+  if (rec.pooled) return notFoundError("sandbox", "sandbox {} not found", id);
   return store_->listSnapshots(id);
 }
 
@@ -306,7 +306,7 @@ void Manager::snapshotAfterExec(const std::string& id) {
 Result<SandboxView> Manager::rollback(const std::string& id, const std::string& snapshot, const AfterRestore& after) {
   std::lock_guard op(snapshot_mu_);
   ASSIGN_OR_RETURN(store::SandboxRecord rec, store_->getSandbox(id));
-  if (rec.pooled) return makeError(ErrorKind::kNotFound, "sandbox {} not found", id);
+  if (rec.pooled) return notFoundError("sandbox", "sandbox {} not found", id);
   if (rec.state != "running" && rec.state != "paused")
     return makeError(ErrorKind::kConflict, "sandbox {} is {}, not running or paused", id, rec.state);
   ASSIGN_OR_RETURN(store::SnapshotRecord snap, findSnapshot(id, snapshot));
@@ -446,7 +446,7 @@ Result<ForkResult> Manager::fork(const ForkSandbox& cmd) {
     return makeError(ErrorKind::kInvalidArgument, "count must be between 1 and {}", kMaxForks);
   std::lock_guard op(snapshot_mu_);
   ASSIGN_OR_RETURN(store::SandboxRecord rec, store_->getSandbox(cmd.id));
-  if (rec.pooled) return makeError(ErrorKind::kNotFound, "sandbox {} not found", cmd.id);
+  if (rec.pooled) return notFoundError("sandbox", "sandbox {} not found", cmd.id);
   if (!runtimeFor(rec.runtime).capabilities().fork)
     return makeError(ErrorKind::kUnsupported, "fork is not supported by the {} runtime yet", rec.runtime);
   {
@@ -556,6 +556,19 @@ std::string Manager::scratchPath(const std::string& prefix) {
   return dir + "/" + prefix + "-" + randomHex(8);
 }
 
+namespace {
+
+// The archive code says kUnauthenticated when a seal does not open; to an API client that would read as
+// a bad API key. It is the archive (or the key it was sealed under) that is wrong.
+Error archiveKeyFailure(Error e) {
+  if (e.kind != ErrorKind::kUnauthenticated) return e;
+  e.kind = ErrorKind::kInvalidArgument;
+  e.message += " (the archive was altered, or sealed under another key than this node's snapshot_kek)";
+  return e;
+}
+
+}  // namespace
+
 Result<std::string> Manager::exportSnapshot(const std::string& snapshot) {
   if (config_.snapshot_kek.empty())
     return makeError(ErrorKind::kUnsupported, "snapshot export needs the customer's key: set snapshot_kek in the "
@@ -579,7 +592,7 @@ Result<store::SnapshotRecord> Manager::importSnapshot(const std::string& id, con
                      "daemon's config (file:, env: or command:, docs/snapshot-archive.md)");
   std::lock_guard op(snapshot_mu_);
   ASSIGN_OR_RETURN(store::SandboxRecord rec, store_->getSandbox(id));
-  if (rec.pooled) return makeError(ErrorKind::kNotFound, "sandbox {} not found", id);
+  if (rec.pooled) return notFoundError("sandbox", "sandbox {} not found", id);
   auto* jail = dynamic_cast<jail::JailRuntime*>(jail_.get());
   if (!jail || (rec.runtime != "jail" && !(rec.runtime == "vm" && vm_)))
     return makeError(ErrorKind::kUnsupported, "snapshots of the {} runtime are not supported", rec.runtime);
@@ -592,7 +605,7 @@ Result<store::SnapshotRecord> Manager::importSnapshot(const std::string& id, con
   archive::ImportOptions options;
   options.chunk_store_dir = config_.state_dir + "/chunks";
   auto imported = archive::importSnapshot(archive_path, s.path, *kek, options);
-  if (!imported) return tl::unexpected(imported.error().context("import snapshot"));
+  if (!imported) return tl::unexpected(archiveKeyFailure(imported.error()));
   Defer drop([&] { (void)jail_->deleteSnapshot(refOf(s)); });
   std::ifstream in(s.path + "/snapshot.json");
   auto meta = nlohmann::json::parse(in, nullptr, false);
@@ -634,8 +647,11 @@ Result<store::SnapshotRecord> Manager::importSnapshot(const std::string& id, con
   // The layer must fit the sandbox's disk quota exactly (it is the sandbox's filesystem after a rollback).
   uint64_t disk = rec.spec.value("limits", nlohmann::json::object()).value("disk_bytes", uint64_t{0});
   if (std::filesystem::file_size(s.path + "/disk.img", ec) != std::max<uint64_t>(disk, 4ull << 20))
-    return makeError(ErrorKind::kInvalidArgument, "the snapshot's disk is {} bytes, sandbox {} has {}",
-                     std::filesystem::file_size(s.path + "/disk.img", ec), id, disk);
+    return makeError(ErrorKind::kInvalidArgument,
+                     "the snapshot's disk is {} bytes, sandbox {} has {}: import it into a sandbox made with "
+                     "--disk {}M",
+                     std::filesystem::file_size(s.path + "/disk.img", ec), id, disk,
+                     std::filesystem::file_size(s.path + "/disk.img", ec) >> 20);
   s.sandbox_id = id;
   s.runtime = "jail";
   s.kind = "filesystem";

@@ -83,9 +83,15 @@ Result<Policy> parsePolicy(const nlohmann::json& j) {
     if (has_domain == has_cidr) return makeError(ErrorKind::kInvalidArgument, "a rule has exactly one of domain, cidr");
     if (has_domain) {
       if (!r["domain"].is_string()) return makeError(ErrorKind::kInvalidArgument, "domain must be a string");
-      auto d = normalizePattern(r["domain"].get<std::string>());
-      if (!d) return makeError(ErrorKind::kInvalidArgument, "rule domain: {}", d.error().message);
-      rule.domain = *d;
+      const std::string domain = r["domain"].get<std::string>();
+      // An address where a name goes ("10.252.77.2") would never match any name: it means that host.
+      if (parseIp(domain)) {
+        rule.cidr = *parseCidr(domain);
+      } else {
+        auto d = normalizePattern(domain);
+        if (!d) return makeError(ErrorKind::kInvalidArgument, "rule domain: {}", d.error().message);
+        rule.domain = *d;
+      }
     } else {
       if (!r["cidr"].is_string()) return makeError(ErrorKind::kInvalidArgument, "cidr must be a string");
       auto c = parseCidr(r["cidr"].get<std::string>());
@@ -193,6 +199,21 @@ const Rule* findCidrRule(const Policy& p, bool allow_rule, const IpAddress& ip, 
   return nullptr;
 }
 
+// A rule that names the target but other ports: the denial is then about the port, and says so.
+const Rule* findRuleOnOtherPort(const Policy& p, std::string_view name, const IpAddress* ip, const IpAddress* judged,
+                                uint16_t port) {
+  for (const auto& r : p.rules) {
+    if (!r.allow || r.portMatches(port)) continue;
+    if (r.cidr ? ip && (r.cidr->contains(*ip) || r.cidr->contains(*judged)) : !name.empty() && nameMatches(r.domain, name))
+      return &r;
+  }
+  return nullptr;
+}
+
+Decision portNotAllowed(const Rule& r, uint16_t port) {
+  return deny(r.describe(), fmt::format("port {} not allowed: the rule for this destination names other ports", port));
+}
+
 }  // namespace
 
 Decision decideName(const Policy& p, std::string_view name, uint16_t port) {
@@ -201,6 +222,7 @@ Decision decideName(const Policy& p, std::string_view name, uint16_t port) {
   if (const Rule* r = findDomainRule(p, true, name, port)) return allow(r->describe(), "name matches an allow rule");
   if (p.mode == Mode::kAllowAllPublic)
     return allow("mode allow-all-public", "public names are allowed; addresses are still checked");
+  if (const Rule* r = findRuleOnOtherPort(p, name, nullptr, nullptr, port)) return portNotAllowed(*r, port);
   return deny("mode allow-list", "no allow rule matches the name");
 }
 
@@ -216,6 +238,7 @@ Decision decideAnswer(const Policy& p, const PolicyContext& ctx, const IpAddress
   if (c.cls == AddressClass::kReserved) {
     if (const Rule* r = findCidrRule(p, true, ip, c.judged, port, false))
       return allow(r->describe(), fmt::format("operator CIDR rule allows reserved address {}", ip.str()));
+    if (const Rule* r = findRuleOnOtherPort(p, {}, &ip, &c.judged, port)) return portNotAllowed(*r, port);
     std::string judged = c.judged == ip ? "" : fmt::format(" (judged as {})", c.judged.str());
     return deny("default-deny " + c.range, fmt::format("address {}{} is in a reserved range", ip.str(), judged));
   }
@@ -234,11 +257,15 @@ Decision decideConnection(const Policy& p, const PolicyContext& ctx, std::string
   if (const Rule* r = findCidrRule(p, true, ip, embeddedIpv4(ip).value_or(ip), port, false))
     return allow(r->describe(), fmt::format("address {} matches an allow rule", ip.str()));
   if (operator_cidr) return address;
+  IpAddress judged = embeddedIpv4(ip).value_or(ip);
+  if (name.empty() && p.mode == Mode::kAllowList)
+    if (const Rule* r = findRuleOnOtherPort(p, {}, &ip, &judged, port)) return portNotAllowed(*r, port);
   if (name.empty())
     return deny(fmt::format("mode {}", modeName(p.mode)),
                 "no name (SNI, Host or CONNECT host) and no CIDR rule allows the address");
   if (const Rule* r = findDomainRule(p, true, name, port)) return allow(r->describe(), "name matches an allow rule");
   if (p.mode == Mode::kAllowAllPublic) return allow("mode allow-all-public", "public address reached by name");
+  if (const Rule* r = findRuleOnOtherPort(p, name, &ip, &judged, port)) return portNotAllowed(*r, port);
   return deny("mode allow-list", "no allow rule matches the name and port");
 }
 

@@ -146,7 +146,7 @@ class SqliteStore final : public Store {
                        db_.prepare(fmt::format("SELECT {} FROM templates WHERE name = ?", kTemplateColumns)));
       TRY(stmt.bind(1, name));
       ASSIGN_OR_RETURN(bool row, stmt.step());
-      if (!row) return makeError(ErrorKind::kNotFound, "no template named {}", name);
+      if (!row) return notFoundError("template", "no template named {}", name);
       return readTemplate(stmt);
     }();
     return withContext(std::move(r), "get template");
@@ -173,7 +173,7 @@ class SqliteStore final : public Store {
       ASSIGN_OR_RETURN(auto stmt, db_.prepare("DELETE FROM templates WHERE name = ?"));
       TRY(stmt.bind(1, name));
       TRY(stmt.run());
-      if (db_.changes() == 0) return makeError(ErrorKind::kNotFound, "no template named {}", name);
+      if (db_.changes() == 0) return notFoundError("template", "no template named {}", name);
       return ok();
     }();
     return withContext(std::move(r), "delete template");
@@ -219,7 +219,7 @@ class SqliteStore final : public Store {
       TRY(bindSandboxFields(stmt, 1, s));
       TRY(stmt.bind(13, s.id));
       TRY(stmt.run());
-      if (db_.changes() == 0) return makeError(ErrorKind::kNotFound, "no sandbox {}", s.id);
+      if (db_.changes() == 0) return notFoundError("sandbox", "no sandbox {}", s.id);
       return ok();
     }();
     return withContext(std::move(r), fmt::format("update sandbox {}", s.id));
@@ -231,7 +231,7 @@ class SqliteStore final : public Store {
       ASSIGN_OR_RETURN(auto stmt, db_.prepare(fmt::format("SELECT {} FROM sandboxes WHERE id = ?", kSandboxColumns)));
       TRY(stmt.bind(1, id));
       ASSIGN_OR_RETURN(bool row, stmt.step());
-      if (!row) return makeError(ErrorKind::kNotFound, "no sandbox {}", id);
+      if (!row) return notFoundError("sandbox", "no sandbox {}", id);
       return readSandbox(stmt);
     }();
     return withContext(std::move(r), "get sandbox");
@@ -272,7 +272,7 @@ class SqliteStore final : public Store {
       ASSIGN_OR_RETURN(auto stmt, db_.prepare("DELETE FROM sandboxes WHERE id = ?"));
       TRY(stmt.bind(1, id));
       TRY(stmt.run());
-      if (db_.changes() == 0) return makeError(ErrorKind::kNotFound, "no sandbox {}", id);
+      if (db_.changes() == 0) return notFoundError("sandbox", "no sandbox {}", id);
       return ok();
     }();
     return withContext(std::move(r), "delete sandbox");
@@ -334,7 +334,7 @@ class SqliteStore final : public Store {
       ASSIGN_OR_RETURN(int known, countWhere("api_keys", "id", id_or_name));
       ASSIGN_OR_RETURN(int named, countWhere("api_keys", "name", id_or_name));
       if (known + named > 0) return ok();
-      return makeError(ErrorKind::kNotFound, "no API key with id or name {}", id_or_name);
+      return notFoundError("key", "no API key with id or name {}", id_or_name);
     }();
     return withContext(std::move(r), "revoke API key");
   }
@@ -364,7 +364,7 @@ class SqliteStore final : public Store {
 
   Result<SecretRecord> getSecret(const std::string& name) override {
     ASSIGN_OR_RETURN(auto all, selectSecrets("WHERE name = ?", name));
-    if (all.empty()) return makeError(ErrorKind::kNotFound, "secret {} not found", name);
+    if (all.empty()) return notFoundError("secret", "secret {} not found", name);
     return all.front();
   }
 
@@ -375,7 +375,7 @@ class SqliteStore final : public Store {
     ASSIGN_OR_RETURN(auto stmt, db_.prepare("DELETE FROM secrets WHERE name = ?"));
     TRY(stmt.bind(1, name));
     TRY(stmt.run());
-    if (db_.changes() == 0) return makeError(ErrorKind::kNotFound, "secret {} not found", name);
+    if (db_.changes() == 0) return notFoundError("secret", "secret {} not found", name);
     return ok();
   }
 
@@ -397,7 +397,7 @@ class SqliteStore final : public Store {
 
   Result<SnapshotRecord> getSnapshot(const std::string& id) override {
     ASSIGN_OR_RETURN(auto all, selectSnapshots("WHERE id = ?", id));
-    if (all.empty()) return makeError(ErrorKind::kNotFound, "snapshot {} not found", id);
+    if (all.empty()) return notFoundError("snapshot", "snapshot {} not found", id);
     return all.front();
   }
 
@@ -410,7 +410,7 @@ class SqliteStore final : public Store {
     ASSIGN_OR_RETURN(auto stmt, db_.prepare("DELETE FROM snapshots WHERE id = ?"));
     TRY(stmt.bind(1, id));
     TRY(stmt.run());
-    if (db_.changes() == 0) return makeError(ErrorKind::kNotFound, "snapshot {} not found", id);
+    if (db_.changes() == 0) return notFoundError("snapshot", "snapshot {} not found", id);
     return ok();
   }
 
@@ -513,14 +513,14 @@ Result<int> Store::insertSandboxWithFreeUidSlot(const SandboxRecord& s) {
 }
 
 Status Store::putSecret(const SecretRecord&) { return makeError(ErrorKind::kUnsupported, "this store keeps no secrets"); }
-Result<SecretRecord> Store::getSecret(const std::string& name) { return makeError(ErrorKind::kNotFound, "secret {} not found", name); }
+Result<SecretRecord> Store::getSecret(const std::string& name) { return notFoundError("secret", "secret {} not found", name); }
 Result<std::vector<SecretRecord>> Store::listSecrets() { return std::vector<SecretRecord>{}; }
-Status Store::deleteSecret(const std::string& name) { return makeError(ErrorKind::kNotFound, "secret {} not found", name); }
+Status Store::deleteSecret(const std::string& name) { return notFoundError("secret", "secret {} not found", name); }
 
 Status Store::insertSnapshot(const SnapshotRecord&) { return makeError(ErrorKind::kUnsupported, "this store keeps no snapshots"); }
-Result<SnapshotRecord> Store::getSnapshot(const std::string& id) { return makeError(ErrorKind::kNotFound, "snapshot {} not found", id); }
+Result<SnapshotRecord> Store::getSnapshot(const std::string& id) { return notFoundError("snapshot", "snapshot {} not found", id); }
 Result<std::vector<SnapshotRecord>> Store::listSnapshots(const std::string&) { return std::vector<SnapshotRecord>{}; }
-Status Store::deleteSnapshot(const std::string& id) { return makeError(ErrorKind::kNotFound, "snapshot {} not found", id); }
+Status Store::deleteSnapshot(const std::string& id) { return notFoundError("snapshot", "snapshot {} not found", id); }
 
 Result<int> Store::countTemplatesWithId(const std::string& template_id) {
   ASSIGN_OR_RETURN(auto all, listTemplates());

@@ -3,6 +3,7 @@
 #include "api/errors.h"
 #include "api/json_input.h"
 #include "api/routes/routes.h"
+#include "api/tree_archive.h"
 #include "api/validate.h"
 
 namespace space::api {
@@ -27,7 +28,7 @@ Result<std::string> pathParam(const http::Request& req) {
 Status download(RouteContext& ctx) {
   ASSIGN_OR_RETURN(std::string path, pathParam(ctx.req));
   ASSIGN_OR_RETURN(auto agent, ctx.manager.agent(ctx.param("id")));
-  ASSIGN_OR_RETURN(std::unique_ptr<agent::FileReader> reader, agent->readFile(path));
+  ASSIGN_OR_RETURN(std::unique_ptr<agent::FileReader> reader, about("file", agent->readFile(path)));
   uint64_t remaining = reader->size();
   TRY(ctx.resp.beginStream(200, "application/octet-stream", remaining));
   while (remaining > 0) {
@@ -48,7 +49,7 @@ Status upload(RouteContext& ctx) {
     ASSIGN_OR_RETURN(mode, parseMode(*m));
   }
   ASSIGN_OR_RETURN(auto agent, ctx.manager.agent(ctx.param("id")));
-  ASSIGN_OR_RETURN(std::unique_ptr<agent::FileWriter> writer, agent->writeFile(path, mode));
+  ASSIGN_OR_RETURN(std::unique_ptr<agent::FileWriter> writer, about("file", agent->writeFile(path, mode)));
   std::string buf(kChunk, '\0');
   for (;;) {
     ASSIGN_OR_RETURN(size_t n, ctx.body.read(buf.data(), buf.size()));
@@ -57,6 +58,24 @@ Status upload(RouteContext& ctx) {
   }
   ASSIGN_OR_RETURN(uint64_t bytes, writer->finish());
   return sendJson(ctx.resp, 201, {{"path", path}, {"bytes", bytes}});
+}
+
+// A directory as a tar stream. The stream starts with the first bytes, so a missing path still gets 404.
+Status downloadTree(RouteContext& ctx) {
+  ASSIGN_OR_RETURN(std::string path, pathParam(ctx.req));
+  ASSIGN_OR_RETURN(auto agent, ctx.manager.agent(ctx.param("id")));
+  return about("file", writeTreeArchive(*agent, path, [&](std::string_view data) -> Status {
+    if (!ctx.resp.started()) TRY(ctx.resp.beginStream(200, "application/x-tar", std::nullopt));
+    return ctx.resp.write(data);
+  })).and_then([&] { return ctx.resp.started() ? ctx.resp.end() : ctx.resp.send(200, "application/x-tar", ""); });
+}
+
+Status uploadTree(RouteContext& ctx) {
+  ASSIGN_OR_RETURN(std::string path, pathParam(ctx.req));
+  ASSIGN_OR_RETURN(auto agent, ctx.manager.agent(ctx.param("id")));
+  ASSIGN_OR_RETURN(auto counts, about("file", extractTreeArchive(*agent, path, [&](char* out, size_t max) { return ctx.body.read(out, max); })));
+  return sendJson(ctx.resp, 201, {{"path", path}, {"files", counts.files}, {"dirs", counts.dirs},
+                                  {"bytes", counts.bytes}, {"skipped", counts.skipped}});
 }
 
 }  // namespace
@@ -89,8 +108,11 @@ Result<MoveCommand> parseMove(std::string_view body) {
 }
 
 void registerFileRoutes(Router& r) {
-  r.add("GET", "/v1/sandboxes/{id}/files", download);
-  r.add("PUT", "/v1/sandboxes/{id}/files", upload);
+  // The agent may report a missing path at any step of a transfer (open, write, commit).
+  r.add("GET", "/v1/sandboxes/{id}/files", [](RouteContext& ctx) { return about("file", download(ctx)); });
+  r.add("PUT", "/v1/sandboxes/{id}/files", [](RouteContext& ctx) { return about("file", upload(ctx)); });
+  r.add("GET", "/v1/sandboxes/{id}/files/archive", downloadTree);
+  r.add("PUT", "/v1/sandboxes/{id}/files/archive", uploadTree);
   r.add("DELETE", "/v1/sandboxes/{id}/files", [](RouteContext& ctx) -> Status {
     ASSIGN_OR_RETURN(std::string path, pathParam(ctx.req));
     bool recursive = false;
@@ -98,19 +120,19 @@ void registerFileRoutes(Router& r) {
       ASSIGN_OR_RETURN(recursive, parseFlag("recursive", *rec));
     }
     ASSIGN_OR_RETURN(auto agent, ctx.manager.agent(ctx.param("id")));
-    TRY(agent->remove(path, recursive));
+    TRY(about("file", agent->remove(path, recursive)));
     return ctx.resp.send(204, "application/json", "");
   });
   r.add("GET", "/v1/sandboxes/{id}/files/stat", [](RouteContext& ctx) -> Status {
     ASSIGN_OR_RETURN(std::string path, pathParam(ctx.req));
     ASSIGN_OR_RETURN(auto agent, ctx.manager.agent(ctx.param("id")));
-    ASSIGN_OR_RETURN(auto st, agent->stat(path));
+    ASSIGN_OR_RETURN(auto st, about("file", agent->stat(path)));
     return sendJson(ctx.resp, 200, statJson(st));
   });
   r.add("GET", "/v1/sandboxes/{id}/files/list", [](RouteContext& ctx) -> Status {
     ASSIGN_OR_RETURN(std::string path, pathParam(ctx.req));
     ASSIGN_OR_RETURN(auto agent, ctx.manager.agent(ctx.param("id")));
-    ASSIGN_OR_RETURN(auto entries, agent->list(path));
+    ASSIGN_OR_RETURN(auto entries, about("file", agent->list(path)));
     nlohmann::json out = nlohmann::json::array();
     for (const auto& e : entries) out.push_back(statJson(e));
     return sendJson(ctx.resp, 200, {{"path", path}, {"entries", out}});
@@ -119,14 +141,14 @@ void registerFileRoutes(Router& r) {
     ASSIGN_OR_RETURN(std::string body, ctx.jsonBody());
     ASSIGN_OR_RETURN(auto cmd, parseMkdir(body));
     ASSIGN_OR_RETURN(auto agent, ctx.manager.agent(ctx.param("id")));
-    TRY(agent->mkdir(cmd.path, cmd.parents, cmd.mode));
+    TRY(about("file", agent->mkdir(cmd.path, cmd.parents, cmd.mode)));
     return sendJson(ctx.resp, 201, {{"path", cmd.path}});
   });
   r.add("POST", "/v1/sandboxes/{id}/files/move", [](RouteContext& ctx) -> Status {
     ASSIGN_OR_RETURN(std::string body, ctx.jsonBody());
     ASSIGN_OR_RETURN(auto cmd, parseMove(body));
     ASSIGN_OR_RETURN(auto agent, ctx.manager.agent(ctx.param("id")));
-    TRY(agent->move(cmd.from, cmd.to));
+    TRY(about("file", agent->move(cmd.from, cmd.to)));
     return sendJson(ctx.resp, 200, {{"from", cmd.from}, {"to", cmd.to}});
   });
 }

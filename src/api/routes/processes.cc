@@ -52,7 +52,7 @@ void registerProcessRoutes(Router& r) {
     ASSIGN_OR_RETURN(std::string body, ctx.jsonBody());
     ASSIGN_OR_RETURN(int signo, parseSignalBody(body));
     ASSIGN_OR_RETURN(auto agent, ctx.manager.agent(ctx.param("id")));
-    TRY(agent->signalProcess(ctx.param("pid"), signo));
+    TRY(about("process", agent->signalProcess(ctx.param("pid"), signo)));
     return sendJson(ctx.resp, 200, {{"signal", signo}});
   });
   r.add("GET", "/v1/sandboxes/{id}/processes/{pid}/logs", [](RouteContext& ctx) -> Status {
@@ -61,7 +61,7 @@ void registerProcessRoutes(Router& r) {
       ASSIGN_OR_RETURN(follow, parseFlag("follow", *f));
     }
     ASSIGN_OR_RETURN(auto agent, ctx.manager.agent(ctx.param("id")));
-    ASSIGN_OR_RETURN(std::unique_ptr<agent::OutputReader> reader, agent->readOutput(ctx.param("pid"), follow));
+    ASSIGN_OR_RETURN(std::unique_ptr<agent::OutputReader> reader, about("process", agent->readOutput(ctx.param("pid"), follow)));
     TRY(ctx.resp.beginStream(200, "application/x-ndjson", std::nullopt));
     TRY(streamEvents(ctx.resp, [&] { return reader->next(); }));
     return ctx.resp.end();

@@ -80,6 +80,23 @@ TEST(NetworkParse, PolicyTakesTlsAndWarnsAboutSharedCdns) {
                   .empty());
 }
 
+TEST(NetworkParse, AnAddressGivenAsADomainIsAHostRule) {
+  auto p = parseNetworkPolicy(nlohmann::json::parse(
+      R"({"mode": "allow-list", "rules": [{"action": "allow", "domain": "10.252.77.2", "ports": [8080]},
+                                          {"action": "allow", "domain": "2001:db8::1"},
+                                          {"action": "allow", "cidr": "10.252.77.9"}]})"));
+  ASSERT_TRUE(p) << p.error().message;
+  EXPECT_EQ((*p)["rules"][0], nlohmann::json::parse(R"({"action": "allow", "cidr": "10.252.77.2/32", "ports": [8080]})"));
+  EXPECT_EQ((*p)["rules"][1]["cidr"], "2001:db8::1/128");
+  EXPECT_EQ((*p)["rules"][2]["cidr"], "10.252.77.9/32");
+}
+
+TEST(NetworkParse, CidrWithAPortInsideIsRejectedWithTheText) {
+  auto p = parseNetworkPolicy(nlohmann::json::parse(R"({"rules": [{"action": "allow", "cidr": "10.252.77.0/24:8080"}]})"));
+  ASSERT_FALSE(p);
+  EXPECT_NE(p.error().message.find("10.252.77.0/24:8080"), std::string::npos) << p.error().message;
+}
+
 TEST(EgressConfig, SwitchAndTestSubnetsComeFromTheConfigFile) {
   auto c = core::DaemonConfig::fromJson(
       nlohmann::json::parse(R"({"egress": false, "egress_test_external_subnets": ["10.251.0.0/24"]})"), {});

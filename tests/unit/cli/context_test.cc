@@ -59,6 +59,23 @@ TEST(FailureHint, UnsupportedPointsAtSpaceNode) {
   EXPECT_EQ(hint.find("yet"), std::string::npos) << hint;
 }
 
+TEST(FailureHint, NotFoundHintNamesWhatIsMissing) {
+  auto hint = [](const char* resource) {
+    return failureHint(Error{ErrorKind::kNotFound, 0, "missing", resource});
+  };
+  EXPECT_NE(hint("sandbox").find("space ls"), std::string::npos);
+  EXPECT_NE(hint("file").find("space files ls"), std::string::npos);
+  EXPECT_NE(hint("snapshot").find("space history"), std::string::npos);
+  EXPECT_NE(hint("process").find("space ps"), std::string::npos);
+  EXPECT_NE(hint("template").find("space template ls"), std::string::npos);
+  EXPECT_EQ(hint("file").find("'space ls'"), std::string::npos);
+  EXPECT_EQ(hint(""), "");  // a local file or an unnamed thing: the message says enough
+}
+
+TEST(FailureHint, MissingKekIsNotARuntimeLimit) {
+  EXPECT_EQ(failureHint(Error{ErrorKind::kUnsupported, 0, "snapshot export needs the customer's key: set snapshot_kek"}), "");
+}
+
 TEST(FailureHint, UnavailableTierPointsAtSpaceNode) {
   EXPECT_NE(failureHint(Error{ErrorKind::kUnavailable, 0, "the vm tier is not available right now: KVM probe"})
                 .find("space node"),

@@ -269,3 +269,24 @@ TEST(EgressPolicy, WarnsAboutAllowRulesForSharedCdns) {  // E9's stated limit
   EXPECT_NE(w[0].find("azureedge.net"), std::string::npos);
   EXPECT_TRUE(policyWarnings(policy(R"({"mode":"allow-list","rules":[{"action":"allow","domain":"a.test"}]})")).empty());
 }
+
+TEST(EgressPolicy, ADeniedPortSaysPortNotReservedRange) {
+  Env env;
+  env.test_external = {*parseCidr("10.99.0.0/24")};
+  Policy p = policy(R"({"mode":"allow-list","rules":[{"action":"allow","cidr":"10.252.77.0/24","ports":[8080]},
+                                                     {"action":"allow","domain":"api.test","ports":[443]},
+                                                     {"action":"allow","cidr":"10.99.0.2","ports":[8080]}]})");
+  Decision reserved = decideConnection(p, env.ctx(), "", ip("10.252.77.2"), 9090);
+  EXPECT_FALSE(reserved.allowed());
+  EXPECT_NE(reserved.reason.find("port 9090 not allowed"), std::string::npos) << reserved.reason;
+  EXPECT_EQ(reserved.rule, "allow cidr 10.252.77.0/24 port 8080");
+  Decision external = decideConnection(p, env.ctx(), "", ip("10.99.0.2"), 9090);
+  EXPECT_NE(external.reason.find("port 9090 not allowed"), std::string::npos) << external.reason;
+  Decision named = decideConnection(p, env.ctx(), "api.test", ip("1.1.1.1"), 80);
+  EXPECT_NE(named.reason.find("port 80 not allowed"), std::string::npos) << named.reason;
+  Decision by_name = decideName(p, "api.test", 80);
+  EXPECT_NE(by_name.reason.find("port 80 not allowed"), std::string::npos) << by_name.reason;
+  // Outside every rule the reason stays what it was.
+  EXPECT_NE(decideConnection(p, env.ctx(), "", ip("10.1.2.3"), 9090).reason.find("reserved range"), std::string::npos);
+  EXPECT_TRUE(decideConnection(p, env.ctx(), "", ip("10.252.77.2"), 8080).allowed());
+}
