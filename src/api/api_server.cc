@@ -96,7 +96,7 @@ void ApiServer::handle(http::Request& req, http::BodyReader& body, http::Respons
         std::string code = status == 413 ? "payload_too_large" : status == 403 ? "forbidden" : errorKindName(err.kind);
         if (status >= 400 && status < 500) metrics_.countRejection(code);
         if (status >= 500) logJson(spdlog::level::warn, "request failed", {{"route", route_name}, {"status", status}, {"error", err.message}});
-        (void)sendError(resp, status, code, err.message);
+        (void)sendError(resp, status, code, err.message, err.reason);
       } else if (resp.status() != 408) {  // the server's own answer to a body that stopped arriving (counted there)
         logJson(spdlog::level::info, "stream ended early", {{"route", route_name}, {"error", err.message}});
       }

@@ -20,8 +20,10 @@ int httpStatus(const Error& error) {
   return 500;
 }
 
-nlohmann::json errorJson(std::string_view code, std::string_view message) {
-  return {{"error", {{"code", code}, {"message", message}}}};
+nlohmann::json errorJson(std::string_view code, std::string_view message, std::string_view reason) {
+  nlohmann::json j = {{"error", {{"code", code}, {"message", message}}}};
+  if (!reason.empty()) j["error"]["reason"] = reason;
+  return j;
 }
 
 Status sendJson(http::ResponseWriter& resp, int status, const nlohmann::json& body) {
@@ -30,11 +32,12 @@ Status sendJson(http::ResponseWriter& resp, int status, const nlohmann::json& bo
 }
 
 Status sendError(http::ResponseWriter& resp, const Error& error) {
-  return sendError(resp, httpStatus(error), errorKindName(error.kind), error.message);
+  return sendError(resp, httpStatus(error), errorKindName(error.kind), error.message, error.reason);
 }
 
-Status sendError(http::ResponseWriter& resp, int status, std::string_view code, std::string_view message) {
-  return sendJson(resp, status, errorJson(code, message));
+Status sendError(http::ResponseWriter& resp, int status, std::string_view code, std::string_view message,
+                 std::string_view reason) {
+  return sendJson(resp, status, errorJson(code, message, reason));
 }
 
 }  // namespace space::api

@@ -28,6 +28,9 @@ struct Error {
   ErrorKind kind = ErrorKind::kInternal;
   int sys_errno = 0;  // 0 when the error did not come from a syscall
   std::string message;
+  // A stable detail clients may branch on where the kind alone is ambiguous, e.g. "executable_not_found"
+  // (a 404 that is not about the sandbox); empty for most errors.
+  std::string reason;
 
   // Prepends context: "start sandbox sb-1: mount overlay at /x: Permission denied".
   Error& context(std::string_view what) {
