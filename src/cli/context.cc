@@ -7,6 +7,8 @@
 
 #include <fmt/format.h>
 
+#include "cli/output.h"
+
 namespace space::cli {
 
 Result<Context> contextFromEnv(bool json) {
@@ -54,6 +56,7 @@ std::string failureHint(const Error& error) {
 }
 
 int fail(const Context* ctx, const Error& error) {
+  if (ctx && ctx->json) return printError(error, failureHint(error));
   if (error.kind == ErrorKind::kUnavailable && (error.message.find("cannot connect") != std::string::npos ||
                                                 error.message.find("cannot resolve") != std::string::npos)) {
     std::string where = ctx ? ctx->client.endpoint().text : "unix:///run/space/spaced.sock";
@@ -68,7 +71,9 @@ int fail(const Context* ctx, const Error& error) {
 
 Status checkResponse(const http::ClientResponse& resp) {
   if (resp.status >= 200 && resp.status < 300) return ok();
-  return makeError(http::errorKindFromStatus(resp.status), "{}", http::errorMessageFromBody(resp.body));
+  Error e{http::errorKindFromStatus(resp.status), 0, http::errorMessageFromBody(resp.body)};
+  e.reason = errorReasonFromBody(resp.body);
+  return tl::unexpected(std::move(e));
 }
 
 Result<nlohmann::json> callJson(Context& ctx, const std::string& method, const std::string& target,

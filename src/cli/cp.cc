@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 
 #include "cli/commands.h"
+#include "cli/output.h"
 #include "common/unique_fd.h"
 #include "http/url.h"
 
@@ -38,6 +39,8 @@ int upload(Context& ctx, const std::string& local, const std::string& id, std::s
   auto resp = uploadFromFd(ctx, "PUT", target, fd.get(), static_cast<uint64_t>(st.st_size), local);
   if (!resp) return fail(&ctx, resp.error());
   if (auto s = checkResponse(*resp); !s) return fail(&ctx, s.error());
+  auto written = nlohmann::json::parse(resp->body, nullptr, false);
+  printResult(ctx, {{"from", local}, {"to", id + ":" + remote}, {"bytes", written.is_object() ? written.value("bytes", 0) : 0}}, "");
   return 0;
 }
 
@@ -49,7 +52,10 @@ int download(Context& ctx, const std::string& id, const std::string& remote, std
     local += baseName(remote);
   }
   std::string target = fmt::format("/v1/sandboxes/{}/files?path={}", http::percentEncode(id), http::percentEncode(remote));
-  return downloadToFile(ctx, target, local);
+  if (int rc = downloadToFile(ctx, target, local); rc != 0) return rc;
+  struct stat done {};
+  printResult(ctx, {{"from", id + ":" + remote}, {"to", local}, {"bytes", ::stat(local.c_str(), &done) == 0 ? done.st_size : 0}}, "");
+  return 0;
 }
 
 }  // namespace

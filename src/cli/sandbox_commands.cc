@@ -2,6 +2,7 @@
 #include <fmt/format.h>
 
 #include "cli/commands.h"
+#include "cli/output.h"
 #include "http/url.h"
 
 namespace space::cli {
@@ -96,7 +97,7 @@ int cmdLs(Context& ctx, const std::vector<std::string>& labels, const std::strin
   if (!j) return fail(&ctx, j.error());
   const auto& list = (*j)["sandboxes"];
   if (ctx.json) {
-    fmt::print("{}\n", list.dump());
+    printJson(*j);  // {"sandboxes":[...]}: every list is the daemon's object, so it can grow fields
     return 0;
   }
   std::vector<std::vector<std::string>> rows;
@@ -122,7 +123,7 @@ int cmdRm(Context& ctx, const std::vector<std::string>& ids) {
       rc = fail(&ctx, j.error().context(id));
       continue;
     }
-    if (!ctx.json) fmt::print("{}\n", id);
+    printResult(ctx, {{"id", id}, {"deleted", true}}, id);
   }
   return rc;
 }
@@ -143,7 +144,7 @@ int cmdKeyLs(Context& ctx) {
   auto j = callJson(ctx, "GET", "/v1/keys");
   if (!j) return fail(&ctx, j.error());
   if (ctx.json) {
-    fmt::print("{}\n", (*j)["keys"].dump());
+    printJson(*j);  // {"keys":[...]}
     return 0;
   }
   std::vector<std::vector<std::string>> rows;
@@ -174,7 +175,7 @@ int cmdTemplateLs(Context& ctx) {
   auto j = callJson(ctx, "GET", "/v1/templates");
   if (!j) return fail(&ctx, j.error());
   if (ctx.json) {
-    fmt::print("{}\n", (*j)["templates"].dump());
+    printJson(*j);  // {"templates":[...]}
     return 0;
   }
   std::vector<std::vector<std::string>> rows;
@@ -215,7 +216,7 @@ int cmdPauseResume(Context& ctx, const std::vector<std::string>& ids, bool pause
       rc = fail(&ctx, j.error().context(id));
       continue;
     }
-    if (!ctx.json) fmt::print("{}\n", id);
+    printResult(ctx, *j, id);  // the sandbox as it is now
   }
   return rc;
 }

@@ -11,6 +11,7 @@
 #include <fmt/format.h>
 
 #include "cli/commands.h"
+#include "cli/output.h"
 #include "http/base64.h"
 #include "http/url.h"
 
@@ -48,13 +49,18 @@ class NdjsonReader {
   std::string buf_;
 };
 
-// Prints process output events; returns the exit event when one came.
+// Prints process output events (with --json, each event as the daemon sent it, one a line); returns the
+// exit event when one came.
 Result<std::optional<nlohmann::json>> streamProcess(Context& ctx, const std::string& method, const std::string& target,
                                                      const std::optional<std::string>& body) {
   std::optional<nlohmann::json> exit;
   std::optional<Error> stream_error;
   NdjsonReader reader([&](const nlohmann::json& line) -> Status {
     std::string type = line.value("type", "");
+    if (ctx.json && (type == "started" || type == "stdout" || type == "stderr")) {
+      printJson(line);
+      return ok();
+    }
     if (type == "stdout" || type == "stderr") {
       ASSIGN_OR_RETURN(std::string data, http::base64Decode(line.value("data", "")));
       return writeAll(type == "stdout" ? 1 : 2, data);
@@ -73,6 +79,20 @@ Result<std::optional<nlohmann::json>> streamProcess(Context& ctx, const std::str
 }
 
 std::string sandboxPath(const std::string& id) { return "/v1/sandboxes/" + http::percentEncode(id); }
+
+// The end of an exec: the exit code space returns, and with --json the final exit object carrying it.
+int finishExec(const Context& ctx, nlohmann::json exit) {
+  int rc = exitCodeOf(exit);
+  if (exit.value("oom_killed", false)) {
+    std::fflush(stdout);
+    fmt::print(stderr, "killed: memory limit {} MiB\n", exit.value("memory_limit_mib", 0));
+  }
+  if (ctx.json) {
+    exit["exit_status"] = rc;
+    printJson(exit);
+  }
+  return rc;
+}
 
 }  // namespace
 
@@ -103,9 +123,14 @@ int cmdExec(Context& ctx, const std::string& id, const ExecOptions& o) {
     (*body)["stdin"] = input;
   }
   auto exit = streamProcess(ctx, "POST", sandboxPath(id) + "/exec", body->dump());
-  if (!exit) return fail(&ctx, exit.error());
+  if (!exit) {
+    // As shells and `docker exec` do: 127 for a program that is not there, 126 for one that cannot run.
+    int rc = fail(&ctx, exit.error());
+    int exec_rc = execFailureExitCode(exit.error());
+    return exec_rc ? exec_rc : rc;
+  }
   if (!*exit) return fail(&ctx, Error{ErrorKind::kUnavailable, 0, "the output stream ended before the process did"});
-  return exitCodeOf(**exit);
+  return finishExec(ctx, **exit);
 }
 
 int cmdRun(Context& ctx, const CreateOptions& c, const ExecOptions& o) {
@@ -123,6 +148,7 @@ int cmdRun(Context& ctx, const CreateOptions& c, const ExecOptions& o) {
   auto sandbox = callJson(ctx, "POST", "/v1/sandboxes", *create);
   if (!sandbox) return fail(&ctx, sandbox.error());
   std::string id = sandbox->value("id", "");
+  if (ctx.json) printJson({{"type", "sandbox"}, {"id", id}});  // the stream's first event: which sandbox ran it
   std::thread([&ctx, set, id] {
     int sig = 0;
     sigwait(&set, &sig);
@@ -147,7 +173,7 @@ int cmdPs(Context& ctx, const std::string& id) {
   auto j = callJson(ctx, "GET", sandboxPath(id) + "/processes");
   if (!j) return fail(&ctx, j.error());
   if (ctx.json) {
-    fmt::print("{}\n", (*j)["processes"].dump());
+    printJson(*j);  // {"processes":[...]}, as every list
     return 0;
   }
   std::vector<std::vector<std::string>> rows;
@@ -176,6 +202,7 @@ int cmdKill(Context& ctx, const std::string& id, const std::string& proc, const 
   if (!sig.empty() && std::all_of(sig.begin(), sig.end(), ::isdigit)) body["signal"] = std::stoi(sig.substr(0, 3));
   auto j = callJson(ctx, "POST", sandboxPath(id) + "/processes/" + http::percentEncode(proc) + "/signal", body);
   if (!j) return fail(&ctx, j.error());
+  printResult(ctx, {{"sandbox", id}, {"process", proc}, {"signal", j->value("signal", 0)}}, "");
   return 0;
 }
 

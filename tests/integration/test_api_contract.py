@@ -307,6 +307,9 @@ def websocket_upgrade(sock_path: str, target: str) -> tuple[int, dict, bytes]:
         if not chunk:
             break
         body += chunk
+    # A terminal's client stays until the server has sent the exit and closed.
+    while status == 101 and s.recv(4096):
+        pass
     s.close()
     return status, headers, body if status != 101 else b""
 
