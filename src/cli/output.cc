@@ -22,7 +22,8 @@ int printError(const Error& error, const std::string& hint) {
   if (!hint.empty()) e["hint"] = hint;
   if (!error.reason.empty()) e["reason"] = error.reason;
   std::fflush(stdout);  // what was printed before the error comes first when both go to one place
-  fmt::print(stderr, "{}\n", nlohmann::json{{"error", e}}.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
+  fmt::print(stderr, "{}\n",
+             nlohmann::json{{"error", e}}.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
   return 1;
 }
 

@@ -3,9 +3,8 @@
 // the text for people.
 #pragma once
 
-#include <string>
-
 #include <nlohmann/json.hpp>
+#include <string>
 
 #include "cli/context.h"
 
