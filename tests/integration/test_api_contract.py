@@ -307,9 +307,12 @@ def websocket_upgrade(sock_path: str, target: str) -> tuple[int, dict, bytes]:
         if not chunk:
             break
         body += chunk
-    # A terminal's client stays until the server has sent the exit and closed.
-    while status == 101 and s.recv(4096):
-        pass
+    # A terminal's client stays until the server has sent the exit (its last text message).
+    while status == 101 and b'"type":"exit"' not in body:
+        chunk = s.recv(4096)
+        if not chunk:
+            break
+        body += chunk
     s.close()
     return status, headers, body if status != 101 else b""
 
