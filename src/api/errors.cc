@@ -20,8 +20,10 @@ int httpStatus(const Error& error) {
   return 500;
 }
 
-nlohmann::json errorJson(std::string_view code, std::string_view message) {
-  return {{"error", {{"code", code}, {"message", message}}}};
+nlohmann::json errorJson(std::string_view code, std::string_view message, std::string_view reason) {
+  nlohmann::json j = {{"error", {{"code", code}, {"message", message}}}};
+  if (!reason.empty()) j["error"]["reason"] = reason;
+  return j;
 }
 
 Status sendJson(http::ResponseWriter& resp, int status, const nlohmann::json& body) {
@@ -30,14 +32,15 @@ Status sendJson(http::ResponseWriter& resp, int status, const nlohmann::json& bo
 }
 
 Status sendError(http::ResponseWriter& resp, const Error& error) {
-  nlohmann::json body = errorJson(errorKindName(error.kind), error.message);
+  nlohmann::json body = errorJson(errorKindName(error.kind), error.message, error.reason);
   // What was not found, so a client can point at the right listing ("sandbox", "file", ...).
   if (!error.resource.empty()) body["error"]["resource"] = error.resource;
   return sendJson(resp, httpStatus(error), body);
 }
 
-Status sendError(http::ResponseWriter& resp, int status, std::string_view code, std::string_view message) {
-  return sendJson(resp, status, errorJson(code, message));
+Status sendError(http::ResponseWriter& resp, int status, std::string_view code, std::string_view message,
+                 std::string_view reason) {
+  return sendJson(resp, status, errorJson(code, message, reason));
 }
 
 }  // namespace space::api

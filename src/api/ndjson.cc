@@ -22,7 +22,8 @@ nlohmann::json execEventJson(const agent::ExecEvent& event) {
   return {};
 }
 
-Status streamEvents(http::ResponseWriter& resp, const std::function<Result<agent::ExecEvent>()>& next) {
+Status streamEvents(http::ResponseWriter& resp, const std::function<Result<agent::ExecEvent>()>& next,
+                    const std::function<void(nlohmann::json& exit_line)>& annotate_exit) {
   for (;;) {
     auto ev = next();
     if (!ev) {
@@ -30,7 +31,9 @@ Status streamEvents(http::ResponseWriter& resp, const std::function<Result<agent
       line["type"] = "error";
       return resp.write(ndjsonLine(line));
     }
-    TRY(resp.write(ndjsonLine(execEventJson(*ev))));
+    nlohmann::json line = execEventJson(*ev);
+    if (ev->kind == agent::ExecEvent::Kind::kExit && annotate_exit) annotate_exit(line);
+    TRY(resp.write(ndjsonLine(line)));
     if (ev->kind == agent::ExecEvent::Kind::kExit) return ok();
   }
 }

@@ -20,6 +20,8 @@ nlohmann::json execEventJson(const agent::ExecEvent& event);
 
 // Writes events from next() until the exit event. An agent error becomes a final {"type":"error"} line
 // (the status line went out long ago). Returns an error only when the client went away.
-Status streamEvents(http::ResponseWriter& resp, const std::function<Result<agent::ExecEvent>()>& next);
+// annotate_exit may add to the exit line before it goes out.
+Status streamEvents(http::ResponseWriter& resp, const std::function<Result<agent::ExecEvent>()>& next,
+                    const std::function<void(nlohmann::json& exit_line)>& annotate_exit = nullptr);
 
 }  // namespace space::api

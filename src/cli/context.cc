@@ -7,6 +7,8 @@
 
 #include <fmt/format.h>
 
+#include "cli/output.h"
+
 namespace space::cli {
 
 Result<Context> contextFromEnv(bool json) {
@@ -72,6 +74,7 @@ std::string failureHint(const Error& error) {
 }
 
 int fail(const Context* ctx, const Error& error) {
+  if (ctx && ctx->json) return printError(error, failureHint(error));
   if (error.kind == ErrorKind::kUnavailable && (error.message.find("cannot connect") != std::string::npos ||
                                                 error.message.find("cannot resolve") != std::string::npos)) {
     std::string where = ctx ? ctx->client.endpoint().text : "unix:///run/space/spaced.sock";
@@ -90,7 +93,8 @@ Status checkResponse(const http::ClientResponse& resp) {
   auto j = nlohmann::json::parse(resp.body, nullptr, false);
   if (j.is_object() && j.contains("error") && j["error"].is_object())
     e.resource = j["error"].value("resource", "");
-  return tl::unexpected(e);
+  e.reason = errorReasonFromBody(resp.body);
+  return tl::unexpected(std::move(e));
 }
 
 Result<nlohmann::json> callJson(Context& ctx, const std::string& method, const std::string& target,

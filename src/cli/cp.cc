@@ -12,6 +12,7 @@
 
 #include "cli/commands.h"
 #include "cli/local_tar.h"
+#include "cli/output.h"
 #include "common/unique_fd.h"
 #include "http/url.h"
 
@@ -199,8 +200,12 @@ int uploadFile(Context& ctx, const std::string& local, const std::string& id, st
     if (local == kStdio) return fail(&ctx, usage(fmt::format("stdin has no name: give one, e.g. {}:{}", id, joinPath(remote, "NAME"))));
     remote = joinPath(remote, baseName(local));
   }
-  return uploadBody(ctx, fmt::format("{}&mode={:o}", filesTarget(id, "", remote), local == kStdio ? 0644 : st.st_mode & 0777),
-                    fd->get(), local);
+  json answer;
+  if (int rc = uploadBody(ctx, fmt::format("{}&mode={:o}", filesTarget(id, "", remote), local == kStdio ? 0644 : st.st_mode & 0777),
+                          fd->get(), local, &answer))
+    return rc;
+  printResult(ctx, {{"from", local}, {"to", id + ":" + remote}, {"bytes", answer.value("bytes", uint64_t{0})}}, "");
+  return 0;
 }
 
 int uploadTree(Context& ctx, const std::string& local, const std::string& id, const std::string& remote,
@@ -246,7 +251,10 @@ int downloadFile(Context& ctx, const std::string& id, const std::string& remote,
     fs::create_directories(parentOf(local), ec);
     if (ec) return fail(&ctx, usage(fmt::format("create {}: {}", parentOf(local), ec.message())));
   }
-  return downloadToFile(ctx, filesTarget(id, "", remote), local);
+  if (int rc = downloadToFile(ctx, filesTarget(id, "", remote), local)) return rc;
+  struct stat done {};
+  printResult(ctx, {{"from", id + ":" + remote}, {"to", local}, {"bytes", ::stat(local.c_str(), &done) == 0 ? done.st_size : 0}}, "");
+  return 0;
 }
 
 int downloadTree(Context& ctx, const std::string& id, const std::string& remote, const std::string& local,

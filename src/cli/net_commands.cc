@@ -13,6 +13,7 @@
 #include <fmt/ranges.h>
 
 #include "cli/commands.h"
+#include "cli/output.h"
 #include "http/url.h"
 
 namespace space::cli {
@@ -320,6 +321,7 @@ int cmdSecretRm(Context& ctx, const std::vector<std::string>& names) {
   for (const auto& n : names) {
     auto j = callJson(ctx, "DELETE", "/v1/secrets/" + http::percentEncode(n));
     if (!j) rc = fail(&ctx, j.error());
+    else printResult(ctx, {{"name", n}, {"removed", true}}, "");
   }
   return rc;
 }

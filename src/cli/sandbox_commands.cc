@@ -3,6 +3,7 @@
 
 #include "cli/commands.h"
 #include "cli/durations.h"
+#include "cli/output.h"
 #include "http/url.h"
 
 namespace space::cli {
@@ -106,7 +107,7 @@ int cmdLs(Context& ctx, const std::vector<std::string>& labels, const std::strin
   if (!j) return fail(&ctx, j.error());
   const auto& list = (*j)["sandboxes"];
   if (ctx.json) {
-    fmt::print("{}\n", list.dump());
+    printJson(*j);  // {"sandboxes":[...]}: every list is the daemon's object, so it can grow fields
     return 0;
   }
   std::vector<std::vector<std::string>> rows;
@@ -132,7 +133,7 @@ int cmdRm(Context& ctx, const std::vector<std::string>& ids) {
       rc = fail(&ctx, j.error().context(id));
       continue;
     }
-    if (!ctx.json) fmt::print("{}\n", id);
+    printResult(ctx, {{"id", id}, {"deleted", true}}, id);
   }
   return rc;
 }
@@ -153,7 +154,7 @@ int cmdKeyLs(Context& ctx) {
   auto j = callJson(ctx, "GET", "/v1/keys");
   if (!j) return fail(&ctx, j.error());
   if (ctx.json) {
-    fmt::print("{}\n", (*j)["keys"].dump());
+    printJson(*j);  // {"keys":[...]}
     return 0;
   }
   std::vector<std::vector<std::string>> rows;
@@ -184,7 +185,7 @@ int cmdTemplateLs(Context& ctx) {
   auto j = callJson(ctx, "GET", "/v1/templates");
   if (!j) return fail(&ctx, j.error());
   if (ctx.json) {
-    fmt::print("{}\n", (*j)["templates"].dump());
+    printJson(*j);  // {"templates":[...]}
     return 0;
   }
   std::vector<std::vector<std::string>> rows;
@@ -225,7 +226,7 @@ int cmdPauseResume(Context& ctx, const std::vector<std::string>& ids, bool pause
       rc = fail(&ctx, j.error().context(id));
       continue;
     }
-    if (!ctx.json) fmt::print("{}\n", id);
+    printResult(ctx, *j, id);  // the sandbox as it is now
   }
   return rc;
 }

@@ -12,6 +12,7 @@
 
 #include "cli/commands.h"
 #include "cli/durations.h"
+#include "cli/output.h"
 #include "http/base64.h"
 #include "http/url.h"
 
@@ -49,13 +50,18 @@ class NdjsonReader {
   std::string buf_;
 };
 
-// Prints process output events; returns the exit event when one came.
+// Prints process output events (with --json, each event as the daemon sent it, one a line); returns the
+// exit event when one came.
 Result<std::optional<nlohmann::json>> streamProcess(Context& ctx, const std::string& method, const std::string& target,
                                                      const std::optional<std::string>& body) {
   std::optional<nlohmann::json> exit;
   std::optional<Error> stream_error;
   NdjsonReader reader([&](const nlohmann::json& line) -> Status {
     std::string type = line.value("type", "");
+    if (ctx.json && (type == "started" || type == "stdout" || type == "stderr")) {
+      printJson(line);
+      return ok();
+    }
     if (type == "stdout" || type == "stderr") {
       ASSIGN_OR_RETURN(std::string data, http::base64Decode(line.value("data", "")));
       return writeAll(type == "stdout" ? 1 : 2, data);
@@ -74,6 +80,20 @@ Result<std::optional<nlohmann::json>> streamProcess(Context& ctx, const std::str
 }
 
 std::string sandboxPath(const std::string& id) { return "/v1/sandboxes/" + http::percentEncode(id); }
+
+// The end of an exec: the exit code space returns, and with --json the final exit object carrying it.
+int finishExec(const Context& ctx, nlohmann::json exit) {
+  int rc = exitCodeOf(exit);
+  if (exit.value("oom_killed", false)) {
+    std::fflush(stdout);
+    fmt::print(stderr, "killed: memory limit {} MiB\n", exit.value("memory_limit_mib", 0));
+  }
+  if (ctx.json) {
+    exit["exit_status"] = rc;
+    printJson(exit);
+  }
+  return rc;
+}
 
 }  // namespace
 
@@ -166,20 +186,32 @@ int runExecSession(Context& ctx, const std::string& id, nlohmann::json body, boo
   Status st = ws->run([&](bool binary, std::string data) {
     if (binary) {
       if (data.empty() || (data[0] != 1 && data[0] != 2)) return;
+      if (ctx.json) {
+        // The same events as POST .../exec streams: {"type":"stdout","data":<base64>}.
+        printJson({{"type", data[0] == 1 ? "stdout" : "stderr"}, {"data", http::base64Encode(std::string_view(data).substr(1))}});
+        return;
+      }
       if (!writeAll(data[0] == 1 ? STDOUT_FILENO : STDERR_FILENO, std::string_view(data).substr(1))) ws->close();
       return;
     }
     auto j = nlohmann::json::parse(data, nullptr, false);
     if (j.is_discarded() || !j.is_object()) return;
     std::string type = j.value("type", "");
+    if (ctx.json && type == "started") printJson(j);
     if (type == "exit") exit = j;
     if (type == "error") {
       auto e = j.value("error", nlohmann::json::object());
       error = Error{kindOfCode(e.value("code", "")), 0, e.value("message", "the command failed")};
+      error->reason = e.value("reason", "");
     }
   });
-  if (error) return fail(&ctx, *error);
-  if (exit) return exitCodeOf(*exit);
+  if (error) {
+    // As shells and `docker exec` do: 127 for a program that is not there, 126 for one that cannot run.
+    int rc = fail(&ctx, *error);
+    int exec_rc = execFailureExitCode(*error);
+    return exec_rc ? exec_rc : rc;
+  }
+  if (exit) return finishExec(ctx, *exit);
   if (!st) return fail(&ctx, st.error());
   return fail(&ctx, Error{ErrorKind::kUnavailable, 0, "the session ended before the process did"});
 }
@@ -203,6 +235,7 @@ int cmdRun(Context& ctx, const CreateOptions& c, const ExecOptions& o) {
   auto sandbox = callJson(ctx, "POST", "/v1/sandboxes", *create);
   if (!sandbox) return fail(&ctx, sandbox.error());
   std::string id = sandbox->value("id", "");
+  if (ctx.json) printJson({{"type", "sandbox"}, {"id", id}});  // the stream's first event: which sandbox ran it
   int rc = runExecSession(ctx, id, *exec, o.interactive);
   if (auto del = callJson(ctx, "DELETE", sandboxPath(id)); !del) {
     fail(&ctx, del.error().context("delete sandbox " + id));
@@ -221,7 +254,7 @@ int cmdPs(Context& ctx, const std::string& id) {
   auto j = callJson(ctx, "GET", sandboxPath(id) + "/processes");
   if (!j) return fail(&ctx, j.error());
   if (ctx.json) {
-    fmt::print("{}\n", (*j)["processes"].dump());
+    printJson(*j);  // {"processes":[...]}, as every list
     return 0;
   }
   std::vector<std::vector<std::string>> rows;
@@ -250,6 +283,7 @@ int cmdKill(Context& ctx, const std::string& id, const std::string& proc, const 
   if (!sig.empty() && std::all_of(sig.begin(), sig.end(), ::isdigit)) body["signal"] = std::stoi(sig.substr(0, 3));
   auto j = callJson(ctx, "POST", sandboxPath(id) + "/processes/" + http::percentEncode(proc) + "/signal", body);
   if (!j) return fail(&ctx, j.error());
+  printResult(ctx, {{"sandbox", id}, {"process", proc}, {"signal", j->value("signal", 0)}}, "");
   return 0;
 }
 

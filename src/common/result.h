@@ -31,6 +31,9 @@ struct Error {
   // For kNotFound: what was not found ("sandbox", "snapshot", "template", "file", "process", "key",
   // "secret"), so that clients can say what to do about it; empty when unknown.
   std::string resource;
+  // A stable detail clients may branch on where the kind alone is ambiguous, e.g. "executable_not_found"
+  // (a 404 that is not about the sandbox); empty for most errors.
+  std::string reason;
 
   // Prepends context: "start sandbox sb-1: mount overlay at /x: Permission denied".
   Error& context(std::string_view what) {

@@ -480,6 +480,12 @@ Result<std::shared_ptr<agent::AgentClient>> Manager::agent(const std::string& id
   return inst->agent;
 }
 
+Result<uint64_t> Manager::oomKills(const std::string& id) {
+  ASSIGN_OR_RETURN(store::SandboxRecord rec, store_->getSandbox(id));
+  if (rec.pooled) return makeError(ErrorKind::kNotFound, "sandbox {} not found", id);
+  return runtimeFor(rec.runtime).oomKills(runtime::PersistedInstance{rec.id, rec.runtime, rec.persisted});
+}
+
 Result<store::TemplateRecord> Manager::buildTemplate(const BuildTemplate& cmd, const ProgressFn& progress) {
   store::TemplateBuildSpec spec{cmd.name, cmd.kind, cmd.suite, cmd.variant, cmd.packages, cmd.mirror, cmd.path};
   ASSIGN_OR_RETURN(store::TemplateRecord rec, templates_->build(spec, progress));

@@ -147,6 +147,8 @@ class SandboxManager {
   // The live agent connection of a running sandbox: exec, background processes, PTY and files go
   // straight through it (kConflict when the sandbox is not running, kNotFound when unknown).
   virtual Result<std::shared_ptr<agent::AgentClient>> agent(const std::string& id) = 0;
+  // The sandbox's OOM kill counter (unsupported where the runtime does not count them).
+  virtual Result<uint64_t> oomKills(const std::string& id) { return unsupportedOp("OOM counting"); }
 
   virtual Result<store::TemplateRecord> buildTemplate(const BuildTemplate& cmd, const ProgressFn& progress) = 0;
   virtual Result<std::vector<store::TemplateRecord>> listTemplates() = 0;

@@ -70,6 +70,7 @@ class Manager final : public SandboxManager {
   void execFinished(const std::string& id) override;
   Result<size_t> rotateKeys() override;
   Result<std::shared_ptr<agent::AgentClient>> agent(const std::string& id) override;
+  Result<uint64_t> oomKills(const std::string& id) override;
   Result<store::TemplateRecord> buildTemplate(const BuildTemplate& cmd, const ProgressFn& progress) override;
   Result<std::vector<store::TemplateRecord>> listTemplates() override;
   Status removeTemplate(const std::string& name) override;

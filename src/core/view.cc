@@ -34,6 +34,7 @@ nlohmann::json SandboxView::toJson() const {
                   {"cpu_seconds", usage->cpu_usage_ns / 1e9},
                   {"pids", usage->pids},
                   {"disk_bytes", usage->disk_bytes}};
+    if (usage->oom_kills) j["usage"]["oom_kills"] = *usage->oom_kills;
   }
   return j;
 }

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include <nlohmann/json.hpp>
@@ -80,6 +81,7 @@ struct Usage {
   uint64_t cpu_usage_ns = 0;
   uint32_t pids = 0;
   uint64_t disk_bytes = 0;
+  std::optional<uint64_t> oom_kills;  // processes killed for the memory limit; absent where not known
 };
 
 class Runtime {
@@ -124,6 +126,11 @@ class Runtime {
   // After a daemon restart: reconnects to a live sandbox, or fails (kNotFound) when it is gone.
   virtual Result<Instance> reattach(const PersistedInstance& inst) = 0;
   virtual Result<Usage> usage(const PersistedInstance& inst) = 0;
+  // How many processes the OOM killer has ended for the sandbox's memory limit so far (cheap: read
+  // around each exec to tell an OOM kill from any other SIGKILL).
+  virtual Result<uint64_t> oomKills(const PersistedInstance& inst) {
+    return makeError(ErrorKind::kUnsupported, "the {} runtime does not count OOM kills", name());
+  }
   // A counter that grows whenever the sandbox's writable storage is written, read without walking any
   // tree: equal values mean "no file changed in between" (rolling history after exec). Values are only
   // comparable for the same instance (a rollback or a daemon restart may start a new count). Unsupported

@@ -68,8 +68,13 @@ def test_keys_cannot_be_managed_over_tcp(tcp_daemon):
 
 def test_healthz_over_tcp(tcp_daemon):
     anon = Client(tcp=("127.0.0.1", tcp_daemon.tcp_port))
-    status, _, _ = anon.raw("GET", "/healthz")
-    assert status in (200, 401)
+    status, _, body = anon.raw("GET", "/healthz")
+    # Public, as the contract says: liveness probes and load balancers carry no key.
+    assert status == 200, (status, body)
+    assert json.loads(body) == {"status": "ok"}
+    # Nothing else is public.
+    assert anon.raw("GET", "/metrics")[0] == 401
+    assert anon.raw("GET", "/v1/node")[0] == 401
 
 
 def test_unix_socket_permissions(daemon):

@@ -230,3 +230,114 @@ def test_node(cli):
     if vm.get("available") is False:
         # a tier that is not there says why on its own line
         assert any(line.split()[:2] == ["vm", "no"] and vm.get("reason", "") in line for line in lines), out(r)
+
+
+def json_lines(text):
+    return [json.loads(line) for line in text.splitlines() if line.strip()]
+
+
+def test_exec_json_is_ndjson_events_and_a_final_exit(cli, sandbox):
+    r = cli("--json", "exec", sandbox, "--", "sh", "-c", "echo out; echo err >&2; exit 5")
+    assert r.returncode == 5, err(r)
+    events = json_lines(out(r))
+    assert events[0]["type"] == "started" and isinstance(events[0]["pid"], int), events
+    import base64
+    assert b"".join(base64.b64decode(e["data"]) for e in events if e["type"] == "stdout") == b"out\n"
+    assert b"".join(base64.b64decode(e["data"]) for e in events if e["type"] == "stderr") == b"err\n"
+    assert events[-1] == {"type": "exit", "exit_code": 5, "signal": 0, "timed_out": False, "exit_status": 5}, events
+    assert err(r) == "", "with --json the output is all on stdout as events"
+
+
+def test_run_json_names_its_sandbox_first(cli, client):
+    r = cli("--json", "run", "--template", "busybox", "--", "true")
+    assert r.returncode == 0, err(r)
+    events = json_lines(out(r))
+    assert events[0]["type"] == "sandbox" and ID_RE.match(events[0]["id"]), events
+    assert events[-1]["type"] == "exit" and events[-1]["exit_status"] == 0, events
+    assert events[0]["id"] not in {s["id"] for s in client.list()}
+
+
+def test_missing_and_non_executable_programs_exit_127_and_126(cli, client, sandbox):
+    r = cli("exec", sandbox, "--", "/no/such/program")
+    assert r.returncode == 127, (r.returncode, err(r))
+    assert "/no/such/program" in err(r) and "not found" in err(r), err(r)
+    r = cli("exec", sandbox, "--", "no-such-program-on-path")
+    assert r.returncode == 127, (r.returncode, err(r))
+    client.sh(sandbox, "echo 'echo hi' > /tmp/plain; chmod 644 /tmp/plain")
+    r = cli("exec", sandbox, "--", "/tmp/plain")
+    assert r.returncode == 126, (r.returncode, err(r))
+    assert "cannot execute" in err(r), err(r)
+    # A program that runs and exits 127 itself is still its own exit code, and a missing sandbox is not 127.
+    assert cli("exec", sandbox, "--", "sh", "-c", "exit 127").returncode == 127
+    assert cli("exec", "sb-000000000000", "--", "true").returncode == 1
+    r = cli("--json", "exec", sandbox, "--", "/no/such/program")
+    assert r.returncode == 127 and out(r) == "", (r.returncode, out(r))
+    e = json.loads(err(r))["error"]
+    assert e["code"] == "not_found" and e["reason"] == "executable_not_found", e
+
+
+def test_memory_limit_kill_is_137_with_its_reason(cli, client):
+    r = cli("create", "--template", "busybox", "--memory", "64M")
+    assert r.returncode == 0, err(r)
+    sid = out(r).strip()
+    cli.made.append(sid)
+    # dd fills a 200 MiB buffer from /dev/zero: its pages are really charged to the 64 MiB group.
+    r = cli("exec", sid, "--", "dd", "if=/dev/zero", "of=/dev/null", "bs=200M", "count=1", timeout=180)
+    assert r.returncode == 137, (r.returncode, err(r))
+    assert "killed: memory limit 64 MiB" in err(r), err(r)
+    r = cli("--json", "inspect", sid)
+    assert r.returncode == 0, err(r)
+    assert json.loads(out(r))["usage"]["oom_kills"] >= 1, out(r)
+    # An ordinary SIGKILL is not reported as the memory limit's.
+    r = cli("exec", sid, "--", "sh", "-c", "kill -9 $$")
+    assert r.returncode == 137 and "memory limit" not in err(r), err(r)
+
+
+def test_json_result_objects(cli, client, sandbox, tmp_path):
+    src = tmp_path / "f.txt"
+    src.write_bytes(b"12345")
+    r = cli("--json", "cp", str(src), f"{sandbox}:/tmp/f.txt")
+    assert r.returncode == 0, err(r)
+    assert json.loads(out(r)) == {"from": str(src), "to": f"{sandbox}:/tmp/f.txt", "bytes": 5}
+    r = cli("--json", "cp", f"{sandbox}:/tmp/f.txt", str(tmp_path / "back.txt"))
+    assert r.returncode == 0, err(r)
+    assert json.loads(out(r)) == {"from": f"{sandbox}:/tmp/f.txt", "to": str(tmp_path / "back.txt"), "bytes": 5}
+
+    proc = json.loads(out(cli("--json", "start", sandbox, "--", "sleep", "1000")))["id"]
+    r = cli("--json", "kill", sandbox, proc, "KILL")
+    assert r.returncode == 0, err(r)
+    assert json.loads(out(r)) == {"sandbox": sandbox, "process": proc, "signal": 9}
+
+    r = cli("--json", "pause", sandbox)
+    assert r.returncode == 0, err(r)
+    paused = json.loads(out(r))
+    assert paused["id"] == sandbox and paused["state"] == "paused", paused
+    r = cli("--json", "resume", sandbox)
+    assert r.returncode == 0, err(r)
+    assert json.loads(out(r))["state"] == "running"
+
+    r = cli("--json", "rm", sandbox, "sb-000000000000")
+    assert r.returncode == 1
+    assert json_lines(out(r)) == [{"id": sandbox, "deleted": True}], out(r)
+    e = json.loads(err(r))["error"]
+    assert e["code"] == "not_found" and "sb-000000000000" in e["message"] and e["hint"], e
+
+
+def test_json_lists_are_the_daemons_objects(cli, sandbox):
+    for args, key in ((("ls",), "sandboxes"), (("template", "ls"), "templates"), (("key", "ls"), "keys"),
+                      (("ps", sandbox), "processes"), (("history", sandbox), "snapshots")):
+        r = cli("--json", *args)
+        assert r.returncode == 0, (args, err(r))
+        j = json.loads(out(r))
+        assert isinstance(j, dict) and isinstance(j[key], list), (args, j)
+
+
+def test_json_errors_go_to_stderr(cli):
+    r = cli("--json", "inspect", "sb-000000000000")
+    assert r.returncode == 1 and out(r) == ""
+    e = json.loads(err(r))["error"]
+    assert e["code"] == "not_found" and e["message"], e
+    # The session daemon runs without egress: secret rm is refused, as one JSON error.
+    r = cli("--json", "secret", "rm", "NOPE")
+    assert r.returncode == 1 and out(r) == ""
+    assert json.loads(err(r))["error"]["code"] in ("unsupported", "not_found"), err(r)

@@ -39,6 +39,7 @@ Result<nlohmann::json> parseControl(std::string_view payload) {
 nlohmann::json errorEvent(const Error& error) {
   nlohmann::json ev = {{"event", "error"}, {"kind", errorKindName(error.kind)}, {"message", error.message}};
   if (error.sys_errno != 0) ev["errno"] = error.sys_errno;
+  if (!error.reason.empty()) ev["reason"] = error.reason;
   return ev;
 }
 
@@ -56,6 +57,7 @@ Error errorFromEvent(const nlohmann::json& event) {
   e.kind = errorKindFromName(optString(event, "kind")).value_or(ErrorKind::kInternal);
   e.sys_errno = static_cast<int>(optInt(event, "errno", 0));
   e.message = optString(event, "message", "agent error without message");
+  e.reason = optString(event, "reason");
   return e;
 }
 

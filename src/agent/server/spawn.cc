@@ -71,6 +71,22 @@ int childMain(void* arg) {
   childFail(a, "execve");
 }
 
+// A program that could not be executed, told apart from every other failure to start (a missing cwd or
+// user is also ENOENT) so that clients can answer as shells do: 127 when it is not there, 126 when it
+// is there but cannot run.
+Error execFailure(int err, const std::string& program) {
+  Error e = sysError(err, "execve {}", program).value();
+  if (err == ENOENT || err == ENOTDIR) {
+    e.message = fmt::format("{}: command not found", program);
+    e.reason = "executable_not_found";
+  } else if (err == EACCES || err == ENOEXEC || err == EISDIR || err == EPERM) {
+    e.kind = ErrorKind::kInvalidArgument;
+    e.message = fmt::format("{}: cannot execute: {}", program, describeErrno(err));
+    e.reason = "not_executable";
+  }
+  return e;
+}
+
 std::vector<char*> cStrings(const std::vector<std::string>& v) {
   std::vector<char*> out;
   out.reserve(v.size() + 1);
@@ -112,9 +128,8 @@ Result<pid_t> spawnChild(const SpawnSpec& spec) {
     int status = 0;
     while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
     }
-    std::string what = std::strcmp(args.step, "execve") == 0 ? spec.argv[0]
-                       : std::strcmp(args.step, "chdir") == 0 ? spec.cwd
-                                                              : std::string();
+    if (std::strcmp(args.step, "execve") == 0) return tl::unexpected(execFailure(args.err, spec.argv[0]));
+    std::string what = std::strcmp(args.step, "chdir") == 0 ? spec.cwd : std::string();
     return sysError(args.err, "{} {}", args.step, what);
   }
   return pid;

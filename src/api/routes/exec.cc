@@ -1,4 +1,6 @@
 // Foreground exec: POST /v1/sandboxes/{id}/exec -> chunked NDJSON, one line per agent event.
+#include <signal.h>
+
 #include <cerrno>
 #include <csignal>
 #include <thread>
@@ -107,12 +109,28 @@ Result<ExecControl> parseExecControl(std::string_view text) {
   return makeError(ErrorKind::kInvalidArgument, "control message must be {\"type\":\"eof\"} or {\"type\":\"signal\",\"signal\":\"INT\"}");
 }
 
+// A SIGKILL while the sandbox's OOM kill counter went up is the memory limit's doing: the exit line says
+// so, with the limit, so that clients can report "killed: memory limit 64 MiB" rather than a bare 137.
+// Another process of the sandbox killed for memory at the same moment would be taken for this one; the
+// kernel offers no per-process record to tell them apart.
+void markOomKill(RouteContext& ctx, std::optional<uint64_t> oom_before, nlohmann::json& exit_line) {
+  if (!oom_before || exit_line.value("signal", 0) != SIGKILL) return;
+  auto after = ctx.manager.oomKills(ctx.param("id"));
+  if (!after || *after <= *oom_before) return;
+  exit_line["oom_killed"] = true;
+  if (auto view = ctx.manager.get(ctx.param("id")); view && view->record.spec.contains("limits"))
+    exit_line["memory_limit_mib"] = view->record.spec["limits"].value("memory_bytes", uint64_t{0}) >> 20;
+}
+
+
 void registerExecRoutes(Router& r) {
   registerExecSessionRoute(r);
   r.add("POST", "/v1/sandboxes/{id}/exec", [](RouteContext& ctx) -> Status {
     ASSIGN_OR_RETURN(std::string body, ctx.jsonBody());
     ASSIGN_OR_RETURN(auto cmd, parseExec(body, true));
     ASSIGN_OR_RETURN(auto agent, ctx.manager.agent(ctx.param("id")));
+    std::optional<uint64_t> oom_before;
+    if (auto n = ctx.manager.oomKills(ctx.param("id"))) oom_before = *n;
     ASSIGN_OR_RETURN(std::unique_ptr<agent::ExecStream> stream, agent->exec(cmd.request));
     // stdin goes in from its own thread: a process that writes a lot before reading its input would
     // otherwise wait on us while we wait on it.
@@ -125,7 +143,8 @@ void registerExecRoutes(Router& r) {
     Status st = ctx.resp.beginStream(200, "application/x-ndjson", std::nullopt);
     if (st) st = ctx.resp.write(ndjsonLine({{"type", "started"}, {"pid", stream->pid()}}));
     bool client_gone = false;
-    if (st) st = streamEvents(ctx.resp, [&] { return nextWhileClientStays(*stream, ctx.resp, &client_gone); });
+    if (st) st = streamEvents(ctx.resp, [&] { return nextWhileClientStays(*stream, ctx.resp, &client_gone); },
+                              [&](nlohmann::json& exit_line) { markOomKill(ctx, oom_before, exit_line); });
     if (st) st = ctx.resp.end();
     // The client is gone: nobody will read the rest. The agent signals the whole process group.
     if (!st || client_gone) (void)stream->signal(SIGKILL);

@@ -10,6 +10,7 @@
 #include <condition_variable>
 #include <csignal>
 #include <deque>
+#include <functional>
 #include <mutex>
 #include <thread>
 
@@ -91,13 +92,13 @@ class StdinFeeder {
 };
 
 std::string errorText(const Error& e) {
-  nlohmann::json line = errorJson(errorKindName(e.kind), e.message);
+  nlohmann::json line = errorJson(errorKindName(e.kind), e.message, e.reason);
   line["type"] = "error";
   return line.dump();
 }
 
 // Agent events -> client messages, until the exit (or the agent's failure).
-void pumpOutput(agent::ExecStream& stream, http::WebSocket& ws) {
+void pumpOutput(agent::ExecStream& stream, http::WebSocket& ws, const std::function<void(nlohmann::json&)>& annotate_exit) {
   for (;;) {
     auto ev = stream.next();
     if (!ev) {
@@ -105,7 +106,9 @@ void pumpOutput(agent::ExecStream& stream, http::WebSocket& ws) {
       return;
     }
     if (ev->kind == agent::ExecEvent::Kind::kExit) {
-      ws.sendText(exitJson(ev->exit).dump());
+      nlohmann::json exit = exitJson(ev->exit);
+      annotate_exit(exit);
+      ws.sendText(exit.dump());
       return;
     }
     ws.waitForRoom(kMaxQueued);
@@ -124,6 +127,8 @@ void registerExecSessionRoute(Router& r) {
     }
     // Before the upgrade, so that an unknown or stopped sandbox is an ordinary 404 or 409.
     ASSIGN_OR_RETURN(auto agent, ctx.manager.agent(ctx.param("id")));
+    std::optional<uint64_t> oom_before;
+    if (auto n = ctx.manager.oomKills(ctx.param("id"))) oom_before = *n;
     ASSIGN_OR_RETURN(auto ws, ctx.resp.acceptWebSocket());
 
     std::unique_ptr<agent::ExecStream> stream;
@@ -146,12 +151,19 @@ void registerExecSessionRoute(Router& r) {
         auto req = parseExecSessionRequest(data);
         if (!req) return refuse(req.error());
         auto started = agent->exec(*req);
-        if (!started) return refuse(started.error());
+        if (!started) {
+          // Not a bad message: the program could not start (its reason tells a missing one from one
+          // that cannot be executed).
+          refused = true;
+          ws->sendText(errorText(started.error()));
+          ws->close();
+          return;
+        }
         stream = std::move(*started);
         if (req->stdin_open) feeder = std::make_unique<StdinFeeder>(*stream);
         ws->sendText(nlohmann::json{{"type", "started"}, {"pid", stream->pid()}}.dump());
         pump = std::thread([&] {
-          pumpOutput(*stream, *ws);
+          pumpOutput(*stream, *ws, [&](nlohmann::json& exit) { markOomKill(ctx, oom_before, exit); });
           ended = true;
           ws->close();
         });

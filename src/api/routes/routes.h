@@ -17,6 +17,9 @@ void registerSystemRoutes(Router& r);
 void registerSandboxRoutes(Router& r);
 void registerExecRoutes(Router& r);
 void registerExecSessionRoute(Router& r);  // called by registerExecRoutes
+// Marks an exec's exit line {"oom_killed": true, "memory_limit_mib": N} when it died of SIGKILL while the
+// sandbox's OOM kill counter rose past oom_before (exec.cc).
+void markOomKill(RouteContext& ctx, std::optional<uint64_t> oom_before, nlohmann::json& exit_line);
 void registerProcessRoutes(Router& r);
 void registerPtyRoutes(Router& r);
 void registerFileRoutes(Router& r);

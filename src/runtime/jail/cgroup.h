@@ -40,6 +40,7 @@ struct CgroupUsage {
   uint64_t memory_bytes = 0;
   uint64_t cpu_usage_ns = 0;
   uint32_t pids = 0;
+  uint64_t oom_kills = 0;  // processes the kernel's OOM killer ended for the group's memory limit
 };
 
 class CgroupBackend {
@@ -50,6 +51,8 @@ class CgroupBackend {
   virtual Status create(const std::string& id, const runtime::Limits& limits) = 0;
   virtual Status addProcess(const std::string& id, pid_t pid) = 0;
   virtual Result<CgroupUsage> usage(const std::string& id) = 0;
+  // The group's OOM kill counter ("oom_kill" of v1 memory.oom_control, v2 memory.events).
+  virtual Result<uint64_t> oomKills(const std::string& id) = 0;
   // Freezes (true) or thaws (false) every task of the group and waits until the kernel reports the
   // state reached (v1 freezer.state FROZEN/THAWED, v2 cgroup.events "frozen"). Idempotent.
   virtual Status freeze(const std::string& id, bool frozen) = 0;
@@ -82,5 +85,8 @@ Status waitCgroupEvent(const std::string& events_path, const std::string& want);
 // rmdir with retries: a cgroup with exiting tasks reports EBUSY for a short while after SIGKILL.
 Status removeCgroupDir(const std::string& path);
 std::vector<std::string> listSubdirs(const std::string& path);
+// The value of `key` in a flat-keyed cgroup file ("oom_kill 3\n..."); 0 when the key is absent (kernels
+// before 4.13 have no oom_kill line).
+uint64_t flatKeyedValue(const std::string& text, const std::string& key);
 
 }  // namespace space::jail

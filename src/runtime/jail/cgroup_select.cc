@@ -126,6 +126,16 @@ Status waitCgroupEvent(const std::string& events_path, const std::string& want) 
   }
 }
 
+uint64_t flatKeyedValue(const std::string& text, const std::string& key) {
+  std::istringstream in(text);
+  for (std::string k; in >> k;) {
+    uint64_t v = 0;
+    in >> v;
+    if (k == key) return v;
+  }
+  return 0;
+}
+
 std::vector<std::string> listSubdirs(const std::string& path) {
   std::vector<std::string> out;
   DIR* d = opendir(path.c_str());

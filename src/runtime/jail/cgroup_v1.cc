@@ -72,7 +72,13 @@ class CgroupV1 : public CgroupBackend {
     u.pids = static_cast<uint32_t>(std::strtoul(pids.c_str(), nullptr, 10));
     ASSIGN_OR_RETURN(std::string cpu, readCgroupFile(group("cpuacct", id) + "/cpuacct.usage"));
     u.cpu_usage_ns = std::strtoull(cpu.c_str(), nullptr, 10);
+    ASSIGN_OR_RETURN(u.oom_kills, oomKills(id));
     return u;
+  }
+
+  Result<uint64_t> oomKills(const std::string& id) override {
+    ASSIGN_OR_RETURN(std::string control, readCgroupFile(group("memory", id) + "/memory.oom_control"));
+    return flatKeyedValue(control, "oom_kill");
   }
 
   Status freeze(const std::string& id, bool frozen) override {

@@ -52,7 +52,13 @@ class CgroupV2 : public CgroupBackend {
       in >> v;
       if (key == "usage_usec") u.cpu_usage_ns = v * 1000;
     }
+    ASSIGN_OR_RETURN(u.oom_kills, oomKills(id));
     return u;
+  }
+
+  Result<uint64_t> oomKills(const std::string& id) override {
+    ASSIGN_OR_RETURN(std::string events, readCgroupFile(dir(id) + "/memory.events"));
+    return flatKeyedValue(events, "oom_kill");
   }
 
   Status freeze(const std::string& id, bool frozen) override {

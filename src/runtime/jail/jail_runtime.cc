@@ -352,9 +352,14 @@ Result<runtime::Usage> JailRuntime::usage(const PersistedInstance& inst) {
   u.memory_bytes = cg.memory_bytes;
   u.cpu_usage_ns = cg.cpu_usage_ns;
   u.pids = cg.pids;
+  u.oom_kills = cg.oom_kills;
   std::string dir = inst.state.value("dir", std::string());
   if (auto disk = layerDiskUsage(inst.state.value("image", dir + "/disk.img"))) u.disk_bytes = *disk;
   return u;
+}
+
+Result<uint64_t> JailRuntime::oomKills(const PersistedInstance& inst) {
+  return cgroups_->oomKills(inst.state.value("cgroup", inst.id));
 }
 
 // The layer's write counter: the sectors written to its loop device (/sys/dev/block/<maj:min>/stat,

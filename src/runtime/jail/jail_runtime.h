@@ -57,6 +57,7 @@ class JailRuntime : public runtime::Runtime {
   Status releaseNode() override;
   Result<runtime::Instance> reattach(const runtime::PersistedInstance& inst) override;
   Result<runtime::Usage> usage(const runtime::PersistedInstance& inst) override;
+  Result<uint64_t> oomKills(const runtime::PersistedInstance& inst) override;
   Result<uint64_t> writeGeneration(const runtime::PersistedInstance& inst) override;
   Result<runtime::Instance> restartInPlace(const runtime::PersistedInstance& inst, uint32_t files_uid_base) override;
 

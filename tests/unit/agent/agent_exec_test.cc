@@ -2,9 +2,12 @@
 #include <signal.h>
 #include <sys/socket.h>
 #include <sys/un.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <cstring>
+#include <fstream>
 
 #include "agent/protocol/frame.h"
 #include "agent_harness.h"
@@ -134,14 +137,30 @@ TEST_F(AgentExecTest, MissingExecutableIsNotFound) {
   auto s = client_->exec(cmd({"no-such-binary-for-space"}));
   ASSERT_FALSE(s.has_value());
   EXPECT_EQ(s.error().kind, ErrorKind::kNotFound);
+  EXPECT_EQ(s.error().reason, "executable_not_found");
   auto bad_cwd = sh("true");
   bad_cwd.cwd = "/no/such/dir";
   auto s2 = client_->exec(bad_cwd);
   ASSERT_FALSE(s2.has_value());
   EXPECT_EQ(s2.error().kind, ErrorKind::kNotFound);
+  EXPECT_EQ(s2.error().reason, "") << "a missing cwd is not a missing program";
   auto bad_user = sh("true");
   bad_user.user = "nosuchuser";
   EXPECT_EQ(client_->exec(bad_user).error().kind, ErrorKind::kNotFound);
+}
+
+TEST_F(AgentExecTest, NonExecutableFileIsToldApart) {
+  char dir[] = "/tmp/space-agent-noexec-XXXXXX";
+  ASSERT_NE(mkdtemp(dir), nullptr);
+  std::string file = std::string(dir) + "/script";
+  { std::ofstream(file) << "echo never\n"; }  // mode 0644: present, not executable
+  auto s = client_->exec(cmd({file}));
+  ASSERT_FALSE(s.has_value());
+  EXPECT_EQ(s.error().kind, ErrorKind::kInvalidArgument);
+  EXPECT_EQ(s.error().reason, "not_executable");
+  EXPECT_NE(s.error().message.find("cannot execute"), std::string::npos) << s.error().message;
+  std::remove(file.c_str());
+  rmdir(dir);
 }
 
 TEST_F(AgentExecTest, ChildGetsOnlyStandardFdsAndDefaultSignals) {

@@ -200,6 +200,16 @@ TEST_F(ApiServerTest, TcpNeedsAKeyAndCannotManageKeys) {
   auto r = anon.request("GET", "/v1/sandboxes");
   ASSERT_TRUE(r);
   EXPECT_EQ(r->status, 401);
+  // Liveness is public (probes carry no key); nothing else is, not even another method on its path.
+  r = anon.request("GET", "/healthz");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 200);
+  r = anon.request("POST", "/healthz", std::string("{}"));
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 401);
+  r = anon.request("GET", "/metrics");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 401);
   auto key = call("POST", "/v1/keys", R"({"name":"ci"})", 201);
   EXPECT_EQ(key["secret"], "sk_test_secret_ci");
   auto authed = tcpClient("sk_test_secret_ci");

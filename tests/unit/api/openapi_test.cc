@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <fstream>
+#include <map>
 #include <set>
 #include <sstream>
 
@@ -36,6 +37,33 @@ std::set<std::string> openapiRoutes() {
     }
   }
   return out;
+}
+
+// Every operation names itself (operationId, unique) and its group (tags), for generated clients.
+TEST(OpenApi, EveryOperationHasAnIdAndTags) {
+  std::ifstream in(std::string(SPACE_SOURCE_DIR) + "/api/openapi.yaml");
+  std::string line, op;
+  std::map<std::string, std::string> id_of, tags_of;
+  std::set<std::string> ids;
+  bool in_paths = false;
+  std::string path;
+  while (std::getline(in, line)) {
+    if (line.rfind("paths:", 0) == 0) in_paths = true;
+    else if (in_paths && !line.empty() && line[0] != ' ' && line[0] != '#') break;
+    if (!in_paths) continue;
+    if (line.rfind("  /", 0) == 0 && line.back() == ':') path = line.substr(2, line.size() - 3);
+    for (const char* m : {"get", "put", "post", "delete"})
+      if (line == std::string("    ") + m + ":") op = std::string(m) + " " + path;
+    if (line.rfind("      operationId: ", 0) == 0) {
+      std::string id = line.substr(19);
+      EXPECT_TRUE(ids.insert(id).second) << "operationId " << id << " is used twice";
+      id_of[op] = id;
+    }
+    if (line.rfind("      tags: [", 0) == 0) tags_of[op] = line.substr(12);
+  }
+  auto routes = openapiRoutes();
+  EXPECT_EQ(id_of.size(), routes.size());
+  EXPECT_EQ(tags_of.size(), routes.size());
 }
 
 TEST(OpenApi, MatchesRegisteredRoutes) {

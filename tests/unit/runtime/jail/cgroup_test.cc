@@ -5,6 +5,13 @@
 namespace space::jail {
 namespace {
 
+// The OOM counters: v1 memory.oom_control and v2 memory.events as the kernel writes them.
+TEST(CgroupFiles, OomKillCounterIsReadFromEitherFormat) {
+  EXPECT_EQ(flatKeyedValue("oom_kill_disable 0\nunder_oom 0\noom_kill 3\n", "oom_kill"), 3u);
+  EXPECT_EQ(flatKeyedValue("low 0\nhigh 0\nmax 12\noom 2\noom_kill 2\noom_group_kill 0\n", "oom_kill"), 2u);
+  EXPECT_EQ(flatKeyedValue("oom_kill_disable 0\nunder_oom 0\n", "oom_kill"), 0u) << "kernels before 4.13";
+}
+
 TEST(CgroupChoice, UnifiedWithControllersIsV2) {
   CgroupProbe p;
   p.root_is_cgroup2 = true;
