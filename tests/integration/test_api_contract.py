@@ -444,6 +444,97 @@ def test_network_and_secrets(api, call, sb):
     call("DELETE", "/v1/secrets/{name}", 404, name="CONTRACT_TOKEN")
 
 
+def exec_session(sock_path: str, sid: str, request: dict) -> tuple[int, dict, list]:
+    """Upgrades GET .../exec, sends the request as one masked text frame, and returns the status, the
+    headers and the server's text messages (parsed) up to its close."""
+    key = base64.b64encode(os.urandom(16)).decode()
+    s = socket.socket(socket.AF_UNIX)
+    s.settimeout(30)
+    s.connect(sock_path)
+    s.sendall((f"GET /v1/sandboxes/{sid}/exec HTTP/1.1\r\nHost: spaced\r\nUpgrade: websocket\r\n"
+               f"Connection: Upgrade\r\nSec-WebSocket-Key: {key}\r\nSec-WebSocket-Version: 13\r\n\r\n").encode())
+    data = b""
+    while b"\r\n\r\n" not in data:
+        chunk = s.recv(4096)
+        if not chunk:
+            break
+        data += chunk
+    head, _, rest = data.partition(b"\r\n\r\n")
+    lines = head.decode().split("\r\n")
+    headers = {k.strip().lower(): v.strip() for k, v in (x.split(":", 1) for x in lines[1:] if ":" in x)}
+    status = int(lines[0].split(" ", 2)[1])
+    if status != 101:
+        s.close()
+        return status, headers, []
+    payload = json.dumps(request).encode()
+    mask = os.urandom(4)
+    assert len(payload) < 126
+    s.sendall(bytes([0x81, 0x80 | len(payload)]) + mask + bytes(b ^ mask[i % 4] for i, b in enumerate(payload)))
+    messages, buf = [], rest
+    while True:
+        while len(buf) < 2 or len(buf) < 2 + (buf[1] & 0x7F if buf[1] & 0x7F < 126 else 0):
+            chunk = s.recv(65536)
+            if not chunk:
+                s.close()
+                return status, headers, messages
+            buf += chunk
+        opcode, n, at = buf[0] & 0x0F, buf[1] & 0x7F, 2
+        if n == 126:
+            while len(buf) < 4:
+                buf += s.recv(65536)
+            n, at = int.from_bytes(buf[2:4], "big"), 4
+        while len(buf) < at + n:
+            buf += s.recv(65536)
+        frame, buf = buf[at:at + n], buf[at + n:]
+        if opcode == 8:
+            s.close()
+            return status, headers, messages
+        if opcode == 1:
+            messages.append(json.loads(frame))
+
+
+def test_exec_session(api, call, contract, sb):
+    status, headers, messages = exec_session(api.sock, sb, {"cmd": ["sh", "-c", "echo hi; exit 3"], "stdin": False})
+    contract.check_response("GET", "/v1/sandboxes/{id}/exec", status, headers, b"")
+    assert status == 101, headers
+    assert messages[0]["type"] == "started" and messages[-1]["type"] == "exit", messages
+    assert messages[-1]["exit_code"] == 3, messages
+    for m in messages:  # the text messages are the POST stream's events
+        contract.validate({"$ref": "#/components/schemas/ExecEvent"}, m, "an exec session message")
+    call("GET", "/v1/sandboxes/{id}/exec", 400, id=sb)  # not an upgrade
+    status, headers, _ = exec_session(api.sock, MISSING, {"cmd": ["true"]})
+    assert status == 404, headers
+
+
+def test_file_trees(call, sb):
+    import io
+    import tarfile
+    packed = io.BytesIO()
+    with tarfile.open(fileobj=packed, mode="w") as tar:
+        for name, data in (("tree/a.txt", b"alpha\n"), ("tree/sub/b.txt", b"beta\n")):
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    done = call("PUT", "/v1/sandboxes/{id}/files/archive", 201, packed.getvalue(), query="path=/tmp/trees",
+                headers={"Content-Type": "application/x-tar"}, id=sb)
+    assert done["files"] == 2 and done["skipped"] == 0, done
+    got = call("GET", "/v1/sandboxes/{id}/files/archive", 200, query="path=/tmp/trees/tree", id=sb)
+    with tarfile.open(fileobj=io.BytesIO(got)) as tar:
+        names = sorted(m.name for m in tar.getmembers() if m.isfile())
+    assert names == ["tree/a.txt", "tree/sub/b.txt"], names
+    call("GET", "/v1/sandboxes/{id}/files/archive", 404, query="path=/tmp/none", id=sb)
+
+
+def test_drain_last(call, tcp):
+    """Last but one: a drained node takes no new sandboxes, so nothing after this creates any."""
+    anon, keyed = tcp
+    keyed("POST", "/v1/node/drain", 403, {})
+    call("POST", "/v1/node/drain", 400, {"delete_sandboxes": "yes"})
+    out = call("POST", "/v1/node/drain", 200, {})
+    assert out["draining"] is True and out["sandboxes_left"] >= 1, out
+    call("POST", "/v1/sandboxes", 503, {"template": "busybox"})
+
+
 def test_every_operation_was_exercised(request, contract):
     """Last: every operation of the contract was driven to a success answer above."""
     module_tests = [i for i in request.session.items if i.module is request.module]
