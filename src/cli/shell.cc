@@ -54,7 +54,7 @@ int cmdShell(Context& ctx, const std::string& id, const ShellOptions& o) {
 
   auto ws_or = ctx.client.websocket(*target);
   if (!ws_or) return fail(&ctx, ws_or.error());
-  auto& ws = *ws_or;
+  std::shared_ptr<http::WebSocket> ws = std::move(*ws_or);
 
   bool tty = ::isatty(STDIN_FILENO);
   struct termios saved {};
@@ -77,7 +77,8 @@ int cmdShell(Context& ctx, const std::string& id, const ShellOptions& o) {
   }).detach();
   // Reads stdin for the whole process lifetime: a blocking read(2) cannot be interrupted portably, and
   // the process exits right after the session anyway.
-  std::thread([&ws] {
+  std::thread([session = ws] {
+    auto& ws = session;
     char buf[4096];
     for (;;) {
       ssize_t n = ::read(STDIN_FILENO, buf, sizeof buf);
@@ -86,8 +87,12 @@ int cmdShell(Context& ctx, const std::string& id, const ShellOptions& o) {
       ws->sendBinary(std::string(buf, static_cast<size_t>(n)));
     }
     // Piped input ended (`echo ls | space shell ID`): the terminal gets its EOF character, so that a
-    // shell reading it exits instead of waiting forever.
-    ws->sendText(R"({"type":"eof"})");
+    // shell reading it exits instead of waiting forever. Again every second while the session lasts: a
+    // shell that sets up its line editor after the input arrived flushes what was typed ahead, the EOF too.
+    for (;;) {
+      ws->sendText(R"({"type":"eof"})");
+      std::this_thread::sleep_for(std::chrono::seconds(1));
+    }
   }).detach();
 
   int exit_code = -1;

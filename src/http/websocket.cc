@@ -6,6 +6,7 @@
 
 #include <boost/asio/post.hpp>
 #include <boost/beast/websocket.hpp>
+#include <nlohmann/json.hpp>
 
 #include "http/beast_detail.h"
 #include "http/client.h"
@@ -182,7 +183,14 @@ Result<std::unique_ptr<WebSocket>> connectWebSocket(std::shared_ptr<asio::io_con
   if (ec) {
     // The daemon answers a refused upgrade with its usual JSON error; pass its message on.
     if (ec == ws::error::upgrade_declined && res.result_int() != 101) {
-      return makeError(errorKindFromStatus(res.result_int()), "{}", errorMessageFromBody(res.body()));
+      Error e{errorKindFromStatus(res.result_int()), 0, errorMessageFromBody(res.body())};
+      // What was not found and why it failed, as for any other answer (the CLI picks its hint by them).
+      auto j = nlohmann::json::parse(res.body(), nullptr, false);
+      if (j.is_object() && j.contains("error") && j["error"].is_object()) {
+        e.resource = j["error"].value("resource", "");
+        e.reason = j["error"].value("reason", "");
+      }
+      return tl::unexpected(std::move(e));
     }
     return makeError(ErrorKind::kUnavailable, "websocket handshake failed: {}", ec.message());
   }

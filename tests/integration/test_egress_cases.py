@@ -7,6 +7,7 @@ E1, E11, E16 and E17's literal echo are in test_egress.py."""
 
 from __future__ import annotations
 
+import ipaddress
 import base64
 import json
 import os
@@ -585,7 +586,9 @@ def test_lateral_targets_are_denied_even_under_a_cidr_rule_E12(egress_daemon, up
         before = len(upstream_log(upstream))
         net = d.client.call("GET", f"/v1/sandboxes/{sid}/network")
         onet = d.client.call("GET", f"/v1/sandboxes/{other}/network")
-        gw, other_ip = net["gateway"], onet["subnet"].split("/")[0][:-1] + "2"
+        # The neighbour's own address (its link's network + 2), whatever block the pool gave it.
+        gw, other_ip = net["gateway"], onet["address"]
+        assert other_ip == str(ipaddress.ip_network(onet["subnet"], strict=False).network_address + 2), onet
         # The other sandbox listens; whatever reaches it is written to a file there.
         r = sh(d, other, "nohup python3 -c \"import socketserver\n"
                          "class H(socketserver.StreamRequestHandler):\n"

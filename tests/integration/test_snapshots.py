@@ -63,7 +63,7 @@ def test_rollback_after_destroying_the_system_brings_files_back(client, sandbox)
     client.upload(sandbox, "/root/work.txt", b"v2\n")
     client.sh(sandbox, "rm -rf /usr /bin /opt/app /root/work.txt; true")
     status, _, body = client.raw("POST", f"/v1/sandboxes/{sandbox}/exec", {"cmd": ["/bin/busybox", "true"]})
-    assert status == 404 and b"No such file" in body, (status, body)  # it really is broken
+    assert status == 404 and json.loads(body)["error"]["reason"] == "executable_not_found", (status, body)  # it really is broken
 
     out = rollback(client, sandbox, "good")
     assert out["id"] == sandbox and out["state"] == "running"
