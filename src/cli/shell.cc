@@ -87,10 +87,11 @@ int cmdShell(Context& ctx, const std::string& id, const ShellOptions& o) {
       ws->sendBinary(std::string(buf, static_cast<size_t>(n)));
     }
     // Piped input ended (`echo ls | space shell ID`): the terminal gets its EOF character, so that a
-    // shell reading it exits instead of waiting forever. Again every second while the session lasts: a
-    // shell that sets up its line editor after the input arrived flushes what was typed ahead, the EOF too.
+    // shell reading it exits instead of waiting forever: Ctrl-D, as a user would type it (a shell's line
+    // editor runs the terminal raw and reads it itself). Again every second while the session lasts: a
+    // shell that sets up its line editor after the input arrived flushes what was typed ahead, that too.
     for (;;) {
-      ws->sendText(R"({"type":"eof"})");
+      ws->sendBinary(std::string(1, '\x04'));
       std::this_thread::sleep_for(std::chrono::seconds(1));
     }
   }).detach();
