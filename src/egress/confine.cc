@@ -18,20 +18,13 @@
 #include "common/unique_fd.h"
 #include "runtime/jail/inside/seccomp.h"
 #include "sys/mount_api.h"
+#include "sys/path.h"
 
 namespace space::egress {
 namespace {
 
-std::string parentOf(const std::string& path) {
-  size_t slash = path.rfind('/');
-  return slash == 0 || slash == std::string::npos ? "/" : path.substr(0, slash);
-}
-
-Result<std::string> realPath(const std::string& path) {
-  char buf[PATH_MAX];
-  if (!::realpath(path.c_str(), buf)) return sysError(errno, "resolve {}", path);
-  return std::string(buf);
-}
+using sys::parentOf;
+using sys::realPath;
 
 // setresuid and capset act on the calling thread only (glibc relays setresuid to other threads, nothing
 // relays capset or no_new_privs, and a seccomp filter without TSYNC binds one thread): a thread started

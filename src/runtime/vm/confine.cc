@@ -16,12 +16,16 @@
 #include <cstring>
 #include <set>
 
+#include "sys/path.h"
 #include "sys/process.h"
 
 extern char** environ;
 
 namespace space::vm {
 namespace {
+
+using sys::parentOf;
+using sys::realPath;
 
 struct StubFailure {
   int step;
@@ -44,17 +48,6 @@ struct CStep {
 }
 
 Status runHostSide(const VmmJail& jail, pid_t pid) { return jail.before_exec ? jail.before_exec(pid) : ok(); }
-
-std::string parentOf(const std::string& path) {
-  size_t slash = path.rfind('/');
-  return slash == 0 || slash == std::string::npos ? "/" : path.substr(0, slash);
-}
-
-Result<std::string> realPath(const std::string& path) {
-  char buf[PATH_MAX];
-  if (!::realpath(path.c_str(), buf)) return sysError(errno, "resolve {}", path);
-  return std::string(buf);
-}
 
 }  // namespace
 
