@@ -284,8 +284,8 @@ def test_processes(call, sb):
     call("POST", "/v1/sandboxes/{id}/processes/{pid}/signal", 400, {"signal": "NOPE"}, id=sb, pid=proc["id"])
 
 
-def websocket_upgrade(sock_path: str, target: str) -> tuple[int, dict, bytes]:
-    """The status, headers and body (for a refusal) of a WebSocket upgrade request."""
+def _upgrade(sock_path: str, target: str):
+    """Sends a WebSocket upgrade request; returns the socket, the status, the headers and what followed them."""
     key = base64.b64encode(os.urandom(16)).decode()
     s = socket.socket(socket.AF_UNIX)
     s.settimeout(30)
@@ -298,10 +298,15 @@ def websocket_upgrade(sock_path: str, target: str) -> tuple[int, dict, bytes]:
         if not chunk:
             break
         data += chunk
-    head, _, body = data.partition(b"\r\n\r\n")
+    head, _, rest = data.partition(b"\r\n\r\n")
     lines = head.decode().split("\r\n")
     headers = {k.strip().lower(): v.strip() for k, v in (x.split(":", 1) for x in lines[1:] if ":" in x)}
-    status = int(lines[0].split(" ", 2)[1])
+    return s, int(lines[0].split(" ", 2)[1]), headers, rest
+
+
+def websocket_upgrade(sock_path: str, target: str) -> tuple[int, dict, bytes]:
+    """The status, headers and body (for a refusal) of a WebSocket upgrade request."""
+    s, status, headers, body = _upgrade(sock_path, target)
     while status != 101 and len(body) < int(headers.get("content-length", 0)):
         chunk = s.recv(4096)
         if not chunk:
@@ -447,22 +452,7 @@ def test_network_and_secrets(api, call, sb):
 def exec_session(sock_path: str, sid: str, request: dict) -> tuple[int, dict, list]:
     """Upgrades GET .../exec, sends the request as one masked text frame, and returns the status, the
     headers and the server's text messages (parsed) up to its close."""
-    key = base64.b64encode(os.urandom(16)).decode()
-    s = socket.socket(socket.AF_UNIX)
-    s.settimeout(30)
-    s.connect(sock_path)
-    s.sendall((f"GET /v1/sandboxes/{sid}/exec HTTP/1.1\r\nHost: spaced\r\nUpgrade: websocket\r\n"
-               f"Connection: Upgrade\r\nSec-WebSocket-Key: {key}\r\nSec-WebSocket-Version: 13\r\n\r\n").encode())
-    data = b""
-    while b"\r\n\r\n" not in data:
-        chunk = s.recv(4096)
-        if not chunk:
-            break
-        data += chunk
-    head, _, rest = data.partition(b"\r\n\r\n")
-    lines = head.decode().split("\r\n")
-    headers = {k.strip().lower(): v.strip() for k, v in (x.split(":", 1) for x in lines[1:] if ":" in x)}
-    status = int(lines[0].split(" ", 2)[1])
+    s, status, headers, rest = _upgrade(sock_path, f"/v1/sandboxes/{sid}/exec")
     if status != 101:
         s.close()
         return status, headers, []
