@@ -123,6 +123,8 @@ struct RestoreOptions {
 };
 int cmdRollback(Context& ctx, const std::string& id, const std::string& snap, const RestoreOptions& restore = {});
 int cmdFork(Context& ctx, const std::string& id, int count, const std::string& snap,
-            const RestoreOptions& restore = {});
+            const RestoreOptions& restore = {}, const std::string& ttl = {});
+// Shows the TTL, or sets it: "30m" from now, "+10m" more than is left, "none".
+int cmdTtl(Context& ctx, const std::string& id, const std::string& value);
 
 }  // namespace space::cli

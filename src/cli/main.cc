@@ -41,6 +41,13 @@ int main(int argc, char** argv) {
   c_pause->add_option("ID", rm_ids)->required();
   auto* c_resume = app.add_subcommand("resume", "resume paused sandboxes");
   c_resume->add_option("ID", rm_ids)->required();
+  std::string ttl_value;
+  auto* c_ttl = app.add_subcommand("ttl", "show or change a sandbox's TTL: 30m from now, +10m more, none");
+  c_ttl->add_option("ID", id)->required();
+  c_ttl->add_option("DURATION", ttl_value, "30m (from now), +10m (more than is left), none (no TTL)");
+  c_ttl->footer("\nThe TTL counts the time a sandbox runs: while it is paused the clock stands still and\n"
+                "what is left is kept (a node deletes sandboxes paused longer than its max_paused_s).\n"
+                "A fork gets its parent's TTL afresh from the fork, or the one `space fork --ttl` gives.");
 
   std::string snap_name, snap_ref;
   std::vector<std::string> snap_ids;
@@ -83,6 +90,8 @@ int main(int argc, char** argv) {
   c_fork->add_option("ID", id)->required();
   c_fork->add_option("-n,--count", fork_count, "how many (1-64)")->check(CLI::Range(1, 64));
   c_fork->add_option("--snapshot", snap_ref, "start from this snapshot instead of one taken now");
+  std::string fork_ttl;
+  c_fork->add_option("--ttl", fork_ttl, "each new sandbox's TTL (default: the parent's, counted from the fork)");
   add_restore_options(c_fork);
 
   ExecOptions exec;
@@ -272,7 +281,8 @@ int main(int argc, char** argv) {
   }
   if (c_history->parsed()) return cmdHistory(ctx, id);
   if (c_rollback->parsed()) return cmdRollback(ctx, id, snap_ref, restore);
-  if (c_fork->parsed()) return cmdFork(ctx, id, fork_count, snap_ref, restore);
+  if (c_fork->parsed()) return cmdFork(ctx, id, fork_count, snap_ref, restore, fork_ttl);
+  if (c_ttl->parsed()) return cmdTtl(ctx, id, ttl_value);
   if (c_pause->parsed()) return cmdPauseResume(ctx, rm_ids, true);
   if (c_resume->parsed()) return cmdPauseResume(ctx, rm_ids, false);
   return 2;

@@ -216,6 +216,48 @@ int cmdTemplateWarm(Context& ctx, const std::string& name) {
   return 0;
 }
 
+// "1h2m", "5m30s", "45s": what is left of a TTL, to the second.
+static std::string spokenDuration(int64_t s) {
+  std::string out;
+  if (s >= 86400) out += fmt::format("{}d", s / 86400), s %= 86400;
+  if (s >= 3600) out += fmt::format("{}h", s / 3600), s %= 3600;
+  if (s >= 60) out += fmt::format("{}m", s / 60), s %= 60;
+  if (s || out.empty()) out += fmt::format("{}s", s);
+  return out;
+}
+
+static std::string ttlLine(const nlohmann::json& view) {
+  std::string id = view.value("id", "");
+  if (!view.contains("ttl_remaining_s")) return id + ": no TTL";
+  auto left = spokenDuration(view["ttl_remaining_s"].get<int64_t>());
+  if (view.value("state", "") == "paused") return fmt::format("{}: {} left, counting from its resume (paused)", id, left);
+  return fmt::format("{}: {} left, deleted at {}", id, left, view["expires_at"].is_string() ? view["expires_at"].get<std::string>() : "?");
+}
+
+int cmdTtl(Context& ctx, const std::string& id, const std::string& value) {
+  Result<nlohmann::json> view;
+  if (value.empty()) {
+    view = callJson(ctx, "GET", "/v1/sandboxes/" + http::percentEncode(id));
+  } else {
+    nlohmann::json body;
+    if (value == "none" || value == "0") {
+      body["ttl_s"] = 0;
+    } else if (value[0] == '+') {
+      auto s = wholeSeconds("DURATION", std::string_view(value).substr(1), kLongestLife);
+      if (!s) return fail(&ctx, s.error());
+      body["add_s"] = *s;
+    } else {
+      auto s = wholeSeconds("DURATION", value, kLongestLife);
+      if (!s) return fail(&ctx, s.error());
+      body["ttl_s"] = *s;
+    }
+    view = callJson(ctx, "POST", "/v1/sandboxes/" + http::percentEncode(id) + "/ttl", body);
+  }
+  if (!view) return fail(&ctx, view.error().context(id));
+  printResult(ctx, *view, ttlLine(*view));
+  return 0;
+}
+
 // pause and resume: each id on a line when done.
 int cmdPauseResume(Context& ctx, const std::vector<std::string>& ids, bool pause) {
   int rc = 0;

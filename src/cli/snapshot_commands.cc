@@ -7,6 +7,7 @@
 #include "common/unique_fd.h"
 
 #include "cli/commands.h"
+#include "cli/durations.h"
 #include "cli/context.h"
 #include "http/url.h"
 
@@ -101,9 +102,15 @@ int cmdSnapshotImport(Context& ctx, const std::string& file, const std::string& 
 }
 
 // Prints the children's ids, one a line.
-int cmdFork(Context& ctx, const std::string& id, int count, const std::string& snap, const RestoreOptions& restore) {
+int cmdFork(Context& ctx, const std::string& id, int count, const std::string& snap, const RestoreOptions& restore,
+            const std::string& ttl) {
   nlohmann::json body = {{"count", count}};
   if (!snap.empty()) body["snapshot"] = snap;
+  if (!ttl.empty()) {
+    auto seconds = wholeSeconds("--ttl", ttl, std::chrono::seconds(365ll * 24 * 3600));
+    if (!seconds) return fail(&ctx, seconds.error());
+    body["ttl_s"] = *seconds;
+  }
   addRestoreOptions(body, restore);
   auto j = callJson(ctx, "POST", sandboxPath(id) + "/fork", body);
   if (!j) return fail(&ctx, j.error());

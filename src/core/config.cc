@@ -95,6 +95,8 @@ Result<DaemonConfig> DaemonConfig::fromJson(const json& j, DaemonConfig base) {
       TRY(readInt(v, key, c.default_ttl_s, 0, int64_t{1} << 40));
     } else if (key == "max_ttl_s") {
       TRY(readInt(v, key, c.max_ttl_s, 0, int64_t{1} << 40));
+    } else if (key == "max_paused_s") {
+      TRY(readInt(v, key, c.max_paused_s, 0, int64_t{1} << 40));
     } else if (key == "disk_volume_bytes") {
       TRY(readInt(v, key, c.disk_volume_bytes, int64_t{300} << 20, int64_t{1} << 50));  // mkfs.xfs: 300 MiB at least
     } else if (key == "max_sandboxes") {
@@ -201,6 +203,7 @@ nlohmann::json DaemonConfig::toJson() const {
             {"nofile", default_limits.nofile}}},
           {"default_ttl_s", default_ttl_s},
           {"max_ttl_s", max_ttl_s},
+          {"max_paused_s", max_paused_s},
           {"disk_volume_bytes", disk_volume_bytes},
           {"max_sandboxes", max_sandboxes},
           {"log_level", log_level},

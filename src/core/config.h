@@ -27,6 +27,8 @@ struct DaemonConfig {
   runtime::Limits default_limits;
   int64_t default_ttl_s = 0;               // 0 = no TTL unless asked
   int64_t max_ttl_s = 7 * 24 * 3600;
+  // A paused sandbox's TTL stands still (core/ttl.h); this bounds how long it may stay paused. 0 = forever.
+  int64_t max_paused_s = 30 * 24 * 3600;
   uint64_t disk_volume_bytes = 64ull << 30;  // sparse size of the XFS volume holding writable layers
   int max_sandboxes = 1000;
   std::string cgroup_parent = "space";     // sandboxes' cgroups live in <hierarchy>/<cgroup_parent>/<id>

@@ -10,6 +10,7 @@
 #include "common/hex.h"
 #include "common/ids.h"
 #include "core/manager_factory.h"
+#include "core/ttl.h"
 #include "runtime/jail/network.h"
 
 namespace space::core {
@@ -426,6 +427,7 @@ Status Manager::pause(const std::string& id) {
   TRY(rt.pause(inst));
   rec.state = "paused";
   rec.spec.erase("auto_paused");  // paused by its owner: only an explicit resume wakes it
+  stopTtlClock(rec, nowUnixMs());
   if (auto st = store_->updateSandbox(rec); !st) {
     (void)rt.resume(inst);
     return st;
@@ -442,6 +444,7 @@ Status Manager::resume(const std::string& id) {
   TRY(runtimeFor(rec.runtime).resume(inst));
   rec.state = "running";
   rec.spec.erase("auto_paused");
+  startTtlClock(rec, nowUnixMs());
   TRY(store_->updateSandbox(rec));
   touch(id);
   return ok();

@@ -86,6 +86,13 @@ struct ForkSandbox {
   int count = 1;
   std::string snapshot;                         // id or name; empty = a snapshot taken now
   AfterRestore after_restore;                   // in each child
+  std::optional<int64_t> ttl_s;                 // each child's TTL from its fork; unset: the parent's ttl_s
+};
+
+// POST /v1/sandboxes/{id}/ttl: exactly one of the two.
+struct SetTtl {
+  std::optional<int64_t> ttl_s;
+  std::optional<int64_t> add_s;
 };
 
 // POST /v1/sandboxes/{id}/rollback
@@ -116,6 +123,9 @@ class SandboxManager {
   virtual Status destroy(const std::string& id) = 0;
   virtual Status pause(const std::string& id) = 0;
   virtual Status resume(const std::string& id) = 0;
+  // A new TTL (core/ttl.h): ttl_s from now, or add_s more than what is left; 0 removes it where the node
+  // allows no TTL (max_ttl_s 0).
+  virtual Result<SandboxView> setTtl(const std::string& id, const SetTtl& cmd) { return unsupportedOp("TTL changes"); }
 
   // Snapshots (docs/snapshots.md). `snapshot` is a snapshot id, or a name given to one of the sandbox's.
   virtual Result<store::SnapshotRecord> snapshot(const std::string& id, const std::string& name) {

@@ -31,6 +31,7 @@ struct Counters {
   std::atomic<uint64_t> create_failures{0};
   std::atomic<uint64_t> destroys{0};
   std::atomic<uint64_t> reaped_ttl{0};
+  std::atomic<uint64_t> reaped_paused{0};
   std::atomic<uint64_t> failed_sandboxes{0};
 };
 
@@ -57,6 +58,7 @@ class Manager final : public SandboxManager {
   Status destroy(const std::string& id) override;
   Status pause(const std::string& id) override;
   Status resume(const std::string& id) override;
+  Result<SandboxView> setTtl(const std::string& id, const SetTtl& cmd) override;
   Result<store::SnapshotRecord> snapshot(const std::string& id, const std::string& name) override;
   Result<std::vector<store::SnapshotRecord>> listSnapshots(const std::string& id) override;
   Result<store::SnapshotRecord> getSnapshot(const std::string& snapshot) override;

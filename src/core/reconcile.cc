@@ -8,6 +8,7 @@
 
 #include "common/ids.h"
 #include "core/manager_impl.h"
+#include "core/ttl.h"
 #include "runtime/jail/jail_runtime.h"
 
 namespace space::core {
@@ -159,6 +160,12 @@ void Manager::reapOnce() {
       if (auto st = destroyRecord(rec); st) counters_.reaped_ttl++;
       continue;
     }
+    if (rec.state == "paused" && config_.max_paused_s > 0 && pausedAtMs(rec) &&
+        now - pausedAtMs(rec) >= config_.max_paused_s * 1000) {
+      spdlog::info("reaper: sandbox {} stayed paused longer than max_paused_s ({} s)", rec.id, config_.max_paused_s);
+      if (auto st = destroyRecord(rec); st) counters_.reaped_paused++;
+      continue;
+    }
     if (rec.state != "running") continue;
     std::shared_ptr<agent::AgentClient> client;
     {
@@ -210,9 +217,11 @@ void Manager::autoPause(store::SandboxRecord& rec, int64_t now) {
   }
   rec.state = "paused";
   rec.spec["auto_paused"] = true;
+  stopTtlClock(rec, now);
   if (auto st = store_->updateSandbox(rec); !st) {
     (void)rt.resume(inst);
     rec.state = "running";
+    startTtlClock(rec, now);
     return;
   }
   spdlog::info("auto-pause: sandbox {} idle for {} s", rec.id, (now - last) / 1000);

@@ -21,6 +21,7 @@
 #include "core/manager_impl.h"
 #include "core/memory_sealer.h"
 #include "core/retention.h"
+#include "core/ttl.h"
 #include "runtime/jail/jail_runtime.h"
 
 namespace space::core {
@@ -364,6 +365,7 @@ Result<SandboxView> Manager::rollback(const std::string& id, const std::string& 
   rec.persisted = next->persisted.state;
   rec.state = "running";
   rec.spec.erase("auto_paused");
+  startTtlClock(rec, nowUnixMs());
   rec.spec.erase("rolling_back");
   rec.spec.erase("rolling_back_after");
   TRY(store_->updateSandbox(rec));
@@ -418,6 +420,7 @@ Result<runtime::Instance> Manager::finishRollback(store::SandboxRecord& rec) {
   rec.spec.erase("rolling_back");
   rec.spec.erase("rolling_back_after");
   rec.state = "running";
+  startTtlClock(rec, nowUnixMs());
   TRY(store_->updateSandbox(rec));
   return inst;
 }
@@ -455,6 +458,8 @@ Result<ForkResult> Manager::fork(const ForkSandbox& cmd) {
       return makeError(ErrorKind::kResourceExhausted, "{} more sandboxes would exceed this node's maximum of {}",
                        cmd.count, config_.max_sandboxes);
   }
+  if (cmd.ttl_s && (*cmd.ttl_s < 0 || *cmd.ttl_s > config_.max_ttl_s))
+    return makeError(ErrorKind::kInvalidArgument, "ttl must be between 0 and {} seconds", config_.max_ttl_s);
   TRY(checkGenerations(rec, instanceOf(rec), cmd.after_restore));
   ForkResult out;
   if (cmd.snapshot.empty()) {
@@ -477,7 +482,7 @@ Result<ForkResult> Manager::fork(const ForkSandbox& cmd) {
   ASSIGN_OR_RETURN(like.env, userEnv(rec));
   like.labels = rec.labels;
   like.labels["space.fork_of"] = rec.id;
-  like.ttl_s = rec.spec.value("ttl_s", int64_t{0});
+  like.ttl_s = cmd.ttl_s.value_or(rec.spec.value("ttl_s", int64_t{0}));
   if (rec.spec.contains("egress")) {
     const auto& e = rec.spec["egress"];
     if (e.contains("policy")) like.network = e["policy"];

@@ -3,6 +3,7 @@
 
 #include "common/ids.h"
 #include "core/manager_impl.h"
+#include "core/ttl.h"
 
 namespace space::core {
 
@@ -26,6 +27,8 @@ nlohmann::json SandboxView::toJson() const {
                    {"pids", l.value("pids", 0)},
                    {"disk_mib", l.value("disk_bytes", uint64_t{0}) >> 20}};
   }
+  if (r.spec.contains("ttl_s") && r.spec["ttl_s"].get<int64_t>() > 0) j["ttl_s"] = r.spec["ttl_s"];
+  if (auto left = ttlLeftMs(r, nowUnixMs())) j["ttl_remaining_s"] = *left / 1000;
   if (!r.error.empty()) j["error"] = r.error;
   if (r.spec.contains("idle_pause_s")) j["idle_pause_s"] = r.spec["idle_pause_s"];
   if (r.state == "paused") j["auto_paused"] = r.spec.value("auto_paused", false);
@@ -73,6 +76,8 @@ std::string Manager::metricsText() {
   out += fmt::format("space_sandbox_destroys_total {}\n", counters_.destroys.load());
   out += "# TYPE space_sandbox_ttl_reaped_total counter\n";
   out += fmt::format("space_sandbox_ttl_reaped_total {}\n", counters_.reaped_ttl.load());
+  out += "# TYPE space_sandbox_paused_reaped_total counter\n";
+  out += fmt::format("space_sandbox_paused_reaped_total {}\n", counters_.reaped_paused.load());
   out += "# TYPE space_sandbox_failed_total counter\n";
   out += fmt::format("space_sandbox_failed_total {}\n", counters_.failed_sandboxes.load());
   return out;

@@ -222,6 +222,11 @@ def test_sandbox_lifecycle(api, call, tcp, sb):
     call("POST", "/v1/sandboxes/{id}/pause", 404, id=MISSING)
     assert call("POST", "/v1/sandboxes/{id}/resume", 200, id=sb)["state"] == "running"
     call("POST", "/v1/sandboxes/{id}/resume", 404, id=MISSING)
+    ttl = call("POST", "/v1/sandboxes/{id}/ttl", 200, {"ttl_s": 3600}, id=sb)
+    assert ttl["ttl_s"] == 3600 and ttl["ttl_remaining_s"] > 3500, ttl
+    assert call("POST", "/v1/sandboxes/{id}/ttl", 200, {"ttl_s": 0}, id=sb)["expires_at"] is None
+    call("POST", "/v1/sandboxes/{id}/ttl", 400, {"add_s": 60}, id=sb)
+    call("POST", "/v1/sandboxes/{id}/ttl", 404, {"ttl_s": 60}, id=MISSING)
     idle = call("POST", "/v1/sandboxes", 201, {"idle_pause_s": 3600})
     api.client.created.add(idle["id"])
     assert idle["idle_pause_s"] == 3600, idle

@@ -185,6 +185,23 @@ void registerSandboxRoutes(Router& r) {
     ASSIGN_OR_RETURN(auto view, ctx.manager.get(ctx.param("id")));
     return sendJson(ctx.resp, 200, view.toJson());
   });
+  // A new TTL: {"ttl_s": N} from now (0: none, where the node allows it) or {"add_s": N} more than is left.
+  // A paused sandbox's TTL stands still; the new one counts from its resume.
+  r.add("POST", "/v1/sandboxes/{id}/ttl", [](RouteContext& ctx) -> Status {
+    ASSIGN_OR_RETURN(std::string body, ctx.jsonBody());
+    ASSIGN_OR_RETURN(auto in, JsonInput::parse(body, {"ttl_s", "add_s"}));
+    core::SetTtl cmd;
+    ASSIGN_OR_RETURN(cmd.ttl_s, in.integer("ttl_s"));
+    ASSIGN_OR_RETURN(cmd.add_s, in.integer("add_s"));
+    if (cmd.ttl_s.has_value() == cmd.add_s.has_value())
+      return makeError(ErrorKind::kInvalidArgument, "give exactly one of ttl_s and add_s");
+    if (cmd.ttl_s && (*cmd.ttl_s < 0 || *cmd.ttl_s > 365ll * 24 * 3600))
+      return makeError(ErrorKind::kInvalidArgument, "ttl_s must be from 0 (none) to 31536000");
+    if (cmd.add_s && (*cmd.add_s < -365ll * 24 * 3600 || *cmd.add_s > 365ll * 24 * 3600))
+      return makeError(ErrorKind::kInvalidArgument, "add_s must be from -31536000 to 31536000");
+    ASSIGN_OR_RETURN(auto view, ctx.manager.setTtl(ctx.param("id"), cmd));
+    return sendJson(ctx.resp, 200, view.toJson());
+  });
   r.add("POST", "/v1/sandboxes/{id}/snapshots", [](RouteContext& ctx) -> Status {
     ASSIGN_OR_RETURN(std::string body, ctx.jsonBody());
     ASSIGN_OR_RETURN(std::string name, parseSnapshotBody(body));
@@ -319,7 +336,7 @@ Result<core::RollbackSandbox> parseRollbackBody(std::string_view body) {
 Result<core::ForkSandbox> parseForkBody(std::string_view body) {
   core::ForkSandbox cmd;
   if (body.empty()) return cmd;
-  ASSIGN_OR_RETURN(auto in, JsonInput::parse(body, {"count", "snapshot", "on_restore", "restore_signal"}));
+  ASSIGN_OR_RETURN(auto in, JsonInput::parse(body, {"count", "snapshot", "on_restore", "restore_signal", "ttl_s"}));
   ASSIGN_OR_RETURN(cmd.after_restore, parseAfterRestore(in));
   ASSIGN_OR_RETURN(auto count, in.integer("count"));
   if (count) {
@@ -328,6 +345,10 @@ Result<core::ForkSandbox> parseForkBody(std::string_view body) {
   }
   ASSIGN_OR_RETURN(auto snap, in.string("snapshot", 64));
   if (snap) cmd.snapshot = *snap;
+  ASSIGN_OR_RETURN(auto ttl, in.integer("ttl_s"));
+  if (ttl && (*ttl < 0 || *ttl > 365ll * 24 * 3600))
+    return makeError(ErrorKind::kInvalidArgument, "ttl_s must be from 0 (the node's default) to 31536000");
+  cmd.ttl_s = ttl;
   return cmd;
 }
 
