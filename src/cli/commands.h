@@ -96,6 +96,7 @@ int cmdNodeDrain(Context& ctx, bool delete_sandboxes);
 int cmdKeyCreate(Context& ctx, const std::string& name);
 int cmdKeyLs(Context& ctx);
 int cmdKeyRotate(Context& ctx);
+int cmdKeyPurge(Context& ctx, const std::string& older_than);
 int cmdKeyRevoke(Context& ctx, const std::string& id);
 
 struct TemplateBuildOptions {

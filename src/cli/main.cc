@@ -202,6 +202,9 @@ int main(int argc, char** argv) {
   c_key_revoke->add_option("ID", id)->required();
   auto* c_key_rotate = c_key->add_subcommand(
       "rotate", "snapshot keys: rewrap every data key from snapshot_kek_previous to snapshot_kek");
+  std::string purge_older;
+  auto* c_key_purge = c_key->add_subcommand("purge", "delete the records of revoked keys");
+  c_key_purge->add_option("--older-than", purge_older, "only keys revoked at least this long ago, e.g. 30d");
   c_key->alias("keys");
 
   TemplateBuildOptions tb;
@@ -268,6 +271,7 @@ int main(int argc, char** argv) {
   if (c_key_ls->parsed()) return cmdKeyLs(ctx);
   if (c_key_revoke->parsed()) return cmdKeyRevoke(ctx, id);
   if (c_key_rotate->parsed()) return cmdKeyRotate(ctx);
+  if (c_key_purge->parsed()) return cmdKeyPurge(ctx, purge_older);
   if (c_tpl_build->parsed()) return cmdTemplateBuild(ctx, tb);
   if (c_tpl_ls->parsed()) return cmdTemplateLs(ctx);
   if (c_tpl_rm->parsed()) return cmdTemplateRm(ctx, name);

@@ -171,6 +171,19 @@ int cmdKeyRevoke(Context& ctx, const std::string& id) {
   return 0;
 }
 
+int cmdKeyPurge(Context& ctx, const std::string& older_than) {
+  nlohmann::json body = nlohmann::json::object();
+  if (!older_than.empty()) {
+    auto s = wholeSeconds("--older-than", older_than, std::chrono::seconds(100ll * 365 * 24 * 3600));
+    if (!s) return fail(&ctx, s.error());
+    body["older_than_s"] = *s;
+  }
+  auto j = callJson(ctx, "POST", "/v1/keys/purge", body);
+  if (!j) return fail(&ctx, j.error());
+  printResult(ctx, *j, fmt::format("{} revoked key(s) purged", j->value("purged", 0)));
+  return 0;
+}
+
 int cmdKeyRotate(Context& ctx) {
   auto j = callJson(ctx, "POST", "/v1/keys/rotate", nlohmann::json::object());
   if (!j) return fail(&ctx, j.error());

@@ -339,6 +339,17 @@ class SqliteStore final : public Store {
     return withContext(std::move(r), "revoke API key");
   }
 
+  Result<size_t> purgeRevokedApiKeys(int64_t revoked_before_ms) override {
+    auto lock = db_.lock();
+    auto r = [&]() -> Result<size_t> {
+      ASSIGN_OR_RETURN(auto stmt, db_.prepare("DELETE FROM api_keys WHERE revoked_ms != 0 AND revoked_ms <= ?"));
+      TRY(stmt.bindAll(revoked_before_ms));
+      TRY(stmt.run());
+      return static_cast<size_t>(db_.changes());
+    }();
+    return withContext(std::move(r), "purge revoked API keys");
+  }
+
   Result<ApiKeyRecord> verifyApiKey(const std::string& secret) override {
     // Looked up by digest, so the comparison never touches the secret byte by byte.
     std::string digest = sha256Hex(secret);

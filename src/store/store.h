@@ -108,6 +108,9 @@ class Store {
   virtual Result<std::pair<ApiKeyRecord, std::string>> createApiKey(const std::string& name) = 0;
   virtual Result<std::vector<ApiKeyRecord>> listApiKeys() = 0;
   virtual Status revokeApiKey(const std::string& id_or_name) = 0;
+  // Deletes the rows of keys revoked at or before revoked_before_ms (a purged key stays refused: its
+  // digest is simply unknown then). Returns how many.
+  virtual Result<size_t> purgeRevokedApiKeys(int64_t revoked_before_ms) = 0;
   virtual Result<ApiKeyRecord> verifyApiKey(const std::string& secret) = 0;  // kUnauthenticated
 
   // Secrets of the egress gateway (sealed values only).

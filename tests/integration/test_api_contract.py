@@ -428,6 +428,11 @@ def test_keys(call, tcp):
     keyed("DELETE", "/v1/keys/{key}", 403, key=made["id"])
     assert call("DELETE", "/v1/keys/{key}", 204, key=made["id"]) is None
     call("DELETE", "/v1/keys/{key}", 404, key="key-does-not-exist")
+    keyed("POST", "/v1/keys/purge", 403, {})
+    call("POST", "/v1/keys/purge", 400, {"older_than_s": -1})
+    assert call("POST", "/v1/keys/purge", 200, {"older_than_s": 3600})["purged"] == 0
+    assert call("POST", "/v1/keys/purge", 200, {})["purged"] >= 1
+    assert made["id"] not in {k["id"] for k in call("GET", "/v1/keys", 200)["keys"]}
 
 
 def test_network_and_secrets(api, call, sb):

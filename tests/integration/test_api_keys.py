@@ -6,7 +6,7 @@ import json
 import pytest
 
 import spacelib
-from spacelib import Client
+from spacelib import Client, run_cli
 
 
 @pytest.fixture
@@ -51,6 +51,17 @@ def test_tcp_requires_a_valid_key(tcp_daemon):
     d.client.revoke_key(key["id"])
     assert good.raw("GET", "/v1/sandboxes")[0] == 401
     assert d.client.healthy()
+
+    # Revoked keys are listed until purged; a purged key stays refused, and active keys stay.
+    other = d.client.create_key("kept-key")
+    kept = Client(tcp=("127.0.0.1", d.tcp_port), api_key=other["secret"])
+    r = run_cli(d.sock, "key", "purge", "--older-than", "1h")
+    assert r.returncode == 0 and r.stdout.decode() == "0 revoked key(s) purged\n", r
+    r = run_cli(d.sock, "key", "purge")
+    assert r.returncode == 0 and r.stdout.decode() == "1 revoked key(s) purged\n", r
+    assert {k["id"] for k in d.client.keys()} == {other["id"]}
+    assert good.raw("GET", "/v1/sandboxes")[0] == 401
+    assert kept.raw("GET", "/v1/sandboxes")[0] == 200
 
 
 def test_keys_cannot_be_managed_over_tcp(tcp_daemon):

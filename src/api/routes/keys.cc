@@ -3,6 +3,7 @@
 #include "api/json_input.h"
 #include "api/routes/routes.h"
 #include "api/validate.h"
+#include "common/ids.h"
 
 namespace space::api {
 namespace {
@@ -52,6 +53,18 @@ void registerKeyRoutes(Router& r) {
     TRY(JsonInput::parse(body, {}));
     ASSIGN_OR_RETURN(size_t rewrapped, ctx.manager.rotateKeys());
     return sendJson(ctx.resp, 200, {{"rewrapped", rewrapped}});
+  });
+  // Revoked keys are kept (listed, refused) until purged: {"older_than_s": N} keeps those revoked less
+  // than N seconds ago.
+  r.add("POST", "/v1/keys/purge", [](RouteContext& ctx) -> Status {
+    TRY(requireLocal(ctx));
+    ASSIGN_OR_RETURN(std::string body, ctx.jsonBody());
+    ASSIGN_OR_RETURN(auto in, JsonInput::parse(body, {"older_than_s"}));
+    ASSIGN_OR_RETURN(auto older, in.integer("older_than_s"));
+    if (older && (*older < 0 || *older > 100ll * 365 * 24 * 3600))
+      return makeError(ErrorKind::kInvalidArgument, "older_than_s must be from 0 to 3153600000");
+    ASSIGN_OR_RETURN(size_t purged, ctx.manager.store().purgeRevokedApiKeys(nowUnixMs() - older.value_or(0) * 1000));
+    return sendJson(ctx.resp, 200, {{"purged", purged}});
   });
   r.add("DELETE", "/v1/keys/{key}", [](RouteContext& ctx) -> Status {
     TRY(requireLocal(ctx));

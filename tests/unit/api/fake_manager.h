@@ -33,6 +33,12 @@ class FakeStore : public store::Store {
     std::lock_guard lock(mu);
     return keys;
   }
+  Result<size_t> purgeRevokedApiKeys(int64_t before_ms) override {
+    std::lock_guard lock(mu);
+    size_t n = keys.size();
+    std::erase_if(keys, [&](const store::ApiKeyRecord& k) { return k.revoked_ms != 0 && k.revoked_ms <= before_ms; });
+    return n - keys.size();
+  }
   Status revokeApiKey(const std::string& id) override {
     std::lock_guard lock(mu);
     for (auto& k : keys) {

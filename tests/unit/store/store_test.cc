@@ -276,6 +276,36 @@ TEST_F(StoreTest, ApiKeysCreateVerifyRevoke) {
   }
 }
 
+TEST_F(StoreTest, PurgeDeletesOnlyKeysRevokedBeforeTheCutoff) {
+  auto old_key = store_->createApiKey("old");
+  auto recent = store_->createApiKey("recent");
+  auto active = store_->createApiKey("active");
+  ASSERT_TRUE(old_key && recent && active);
+  ASSERT_TRUE(store_->revokeApiKey("old"));
+  auto listed = store_->listApiKeys();
+  ASSERT_TRUE(listed);
+  int64_t old_revoked = 0;
+  for (const auto& k : *listed)
+    if (k.id == old_key->first.id) old_revoked = k.revoked_ms;
+  ASSERT_GT(old_revoked, 0);
+  auto none = store_->purgeRevokedApiKeys(old_revoked - 1);
+  ASSERT_TRUE(none);
+  EXPECT_EQ(*none, 0u);
+  auto one = store_->purgeRevokedApiKeys(old_revoked);
+  ASSERT_TRUE(one);
+  EXPECT_EQ(*one, 1u);
+  ASSERT_TRUE(store_->revokeApiKey("recent"));
+  auto left = store_->listApiKeys();
+  ASSERT_TRUE(left);
+  ASSERT_EQ(left->size(), 2u);  // recent (revoked after the cutoff) and active
+  EXPECT_FALSE(store_->verifyApiKey(old_key->second));  // purged: unknown, still refused
+  EXPECT_TRUE(store_->verifyApiKey(active->second));
+  auto all = store_->purgeRevokedApiKeys(INT64_MAX);
+  ASSERT_TRUE(all);
+  EXPECT_EQ(*all, 1u);
+  EXPECT_TRUE(store_->verifyApiKey(active->second));
+}
+
 TEST_F(StoreTest, SecretIsNotStoredInClear) {
   auto created = store_->createApiKey("ci");
   ASSERT_TRUE(created);
