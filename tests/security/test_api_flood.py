@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-import spacelib
+from lib import spacelib
 
 ANSWER_WITHIN_S = 1.0  # the acceptance criterion of E21
 # The server's defaults (src/http/server.h, src/http/connection_limits.h); spaced has no setting for them.

@@ -19,8 +19,8 @@ import subprocess
 import time
 from pathlib import Path
 
-import spacelib
-from egressfixtures import (CURL, UPSTREAM, create, egress_daemon, python_tpl, sh, upstream,  # noqa: F401
+from lib import spacelib
+from lib.egress import (CURL, UPSTREAM, create, egress_daemon, python_tpl, sh, upstream,  # noqa: F401
                             upstream_log)
 
 EGRESS_UID = 0x0FFF0000  # spaced's default egress_uid (src/core/config.h)
