@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import os
 import re
 import time
@@ -233,3 +234,30 @@ def vm_rss_kib(pid: int) -> int:
     v = proc_status(pid).get("VmRSS", "0 kB").split()[0]
     return int(v)
 
+
+
+def pids_with_cmdline(needle: bytes) -> list[int]:
+    out = []
+    for pid in all_pids():
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                if needle in f.read():
+                    out.append(pid)
+        except OSError:
+            continue
+    return out
+
+
+def qemu_pid(sid: str) -> int:
+    """The VMM of a vm-tier sandbox, found by its QMP socket under the sandbox's directory."""
+    pids = pids_with_cmdline(f"/sandboxes/{sid}/qmp.sock".encode())
+    assert pids, f"no QEMU process for {sid}"
+    return pids[0]
+
+
+def file_sha256(path: str) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()

@@ -110,7 +110,7 @@ def spoofing_from(d, sid: str, script: str) -> subprocess.CompletedProcess:
     return run("nsenter", f"--net=/proc/{pids[0]}/ns/net", "sh", "-c", script, check=False)
 
 
-def test_v8_the_gateway_refuses_a_neighbours_source_on_the_wrong_link(egress_daemon, upstream):
+def test_v08_the_gateway_refuses_a_neighbours_source_on_the_wrong_link(egress_daemon, upstream):
     d = egress_daemon
     wildcard = {"mode": "allow-list", "rules": [{"action": "allow", "domain": "*.allowed.test"},
                                                 {"action": "allow", "domain": "allowed.test"}]}
