@@ -8,6 +8,7 @@ import base64
 import hashlib
 import http.client
 import json
+import re
 import socket
 import time
 import urllib.parse
@@ -19,15 +20,19 @@ from dataclasses import dataclass, field
 KNOWN_IDS: set[str] = set()
 
 class UnixHTTPConnection(http.client.HTTPConnection):
+    """HTTP over an AF_UNIX socket; counts its (re)connects."""
+
     def __init__(self, path: str, timeout: float = 120):
         super().__init__("localhost", timeout=timeout)
         self.unix_path = path
+        self.connects = 0
 
     def connect(self):
         s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         s.settimeout(self.timeout)
         s.connect(self.unix_path)
         self.sock = s
+        self.connects += 1
 
 
 class ApiError(Exception):
@@ -320,6 +325,124 @@ class Client:
 
     def revoke_key(self, kid: str):
         return self.call("DELETE", f"/v1/keys/{kid}")
+
+
+class KeepAliveClient:
+    """One HTTP/1.1 keep-alive connection to spaced, for bench/run: its figures are of requests on an open
+    connection, as an SDK sends them, not of connects. exec() notes when the first stdout and the exit
+    arrived."""
+
+    # spaced closes a connection that waits over 10 s for its next request head (docs/api.md, "Connection
+    # limits"): a connection idle for longer than this is replaced before use instead of failing a POST.
+    IDLE_REUSE_S = 5.0
+
+    def __init__(self, sock_path):
+        self.conn = UnixHTTPConnection(sock_path)
+        self.last_used = time.monotonic()
+
+    def healthy(self) -> bool:
+        try:
+            return self.raw("GET", "/healthz")[0] == 200
+        except OSError:
+            return False
+
+    def close(self):
+        self.conn.close()
+
+    def raw(self, method, path, body=None, headers=None, retry=None):
+        """Sends one request and reads the whole answer: (status, headers, bytes)."""
+        if retry is None:
+            retry = method in ("GET", "DELETE")
+        hdrs = dict(headers or {})
+        if time.monotonic() - self.last_used > self.IDLE_REUSE_S:
+            self.conn.close()  # http.client connects again on the next request
+        for attempt in (0, 1):
+            self.last_used = time.monotonic()
+            try:
+                self.conn.request(method, path, body=body, headers=hdrs)
+                resp = self.conn.getresponse()
+                data = resp.read()
+                self.last_used = time.monotonic()
+                return resp.status, resp.headers, data
+            except (http.client.RemoteDisconnected, BrokenPipeError, ConnectionResetError,
+                    http.client.CannotSendRequest, http.client.ResponseNotReady):
+                self.conn.close()
+                if attempt or not retry:
+                    raise
+
+    def json(self, method, path, obj=None, expect=(200, 201, 202, 204)):
+        body = None
+        headers = {}
+        if obj is not None:
+            body = json.dumps(obj).encode()
+            headers["Content-Type"] = "application/json"
+        status, _, data = self.raw(method, path, body, headers)
+        if status not in expect:
+            raise ApiError(status, data, method, path)
+        if not data.strip():
+            return status, None
+        try:
+            return status, json.loads(data)
+        except ValueError:
+            return status, data.decode(errors="replace")
+
+    def metrics(self):
+        status, _, data = self.raw("GET", "/metrics")
+        if status != 200:
+            raise ApiError(status, data, "GET", "/metrics")
+        out = {}
+        for line in data.decode(errors="replace").splitlines():
+            if not line or line.startswith("#"):
+                continue
+            m = re.match(r"^(\S+)\s+(\S+)", line)
+            if m:
+                try:
+                    out[m.group(1)] = float(m.group(2))
+                except ValueError:
+                    pass
+        return out
+
+    def create(self, spec):
+        _, body = self.json("POST", "/v1/sandboxes", spec, expect=(200, 201))
+        if not isinstance(body, dict) or "id" not in body:
+            raise ApiError(500, json.dumps(body).encode(), "POST", "/v1/sandboxes (no id in the answer)")
+        return body
+
+    def delete(self, sid):
+        self.json("DELETE", f"/v1/sandboxes/{sid}", expect=(200, 202, 204, 404))
+
+    def exec(self, sid, cmd):
+        """Runs cmd; returns (t_first_stdout or None, t_exit or None, exit_code, stdout bytes)."""
+        body = json.dumps({"cmd": cmd}).encode()
+        self.conn.request("POST", f"/v1/sandboxes/{sid}/exec", body=body,
+                          headers={"Content-Type": "application/json"})
+        resp = self.conn.getresponse()
+        if resp.status != 200:
+            data = resp.read()
+            raise ApiError(resp.status, data, "POST", f"/v1/sandboxes/{sid}/exec")
+        t_first = t_exit = None
+        code = None
+        out = b""
+        while True:
+            line = resp.readline()
+            if not line:
+                break
+            line = line.strip()
+            if not line:
+                continue
+            ev = json.loads(line)
+            typ = ev.get("type")
+            if typ == "stdout":
+                if t_first is None:
+                    t_first = time.perf_counter()
+                out += base64.b64decode(ev.get("data", ""))
+            elif typ == "exit":
+                t_exit = time.perf_counter()
+                code = ev.get("exit_code")
+            elif typ == "error":
+                resp.read()
+                raise ApiError(500, json.dumps(ev).encode(), "exec stream", f"/v1/sandboxes/{sid}/exec")
+        return t_first, t_exit, code, out
 
 
 def iter_ndjson(resp):

@@ -261,3 +261,60 @@ def file_sha256(path: str) -> str:
         for chunk in iter(lambda: f.read(1 << 20), b""):
             h.update(chunk)
     return h.hexdigest()
+
+
+def meminfo() -> dict[str, int]:
+    """/proc/meminfo in kB."""
+    out = {}
+    with open("/proc/meminfo") as f:
+        for line in f:
+            k, v = line.split(":", 1)
+            out[k] = int(v.split()[0])  # kB
+    return out
+
+
+def descendants(root_pid: int) -> set[int]:
+    children = {}
+    for d in os.listdir("/proc"):
+        if not d.isdigit():
+            continue
+        try:
+            with open(f"/proc/{d}/stat") as f:
+                st = f.read()
+            ppid = int(st[st.rindex(")") + 2:].split()[1])
+        except (OSError, ValueError):
+            continue
+        children.setdefault(ppid, []).append(int(d))
+    out, todo = set(), [root_pid]
+    while todo:
+        p = todo.pop()
+        for c in children.get(p, []):
+            out.add(c)
+            todo.append(c)
+    return out
+
+
+def pss_kb(pids) -> int:
+    """The processes' summed proportional set size (smaps_rollup), in kB."""
+    total = 0
+    for p in pids:
+        try:
+            with open(f"/proc/{p}/smaps_rollup") as f:
+                for line in f:
+                    if line.startswith("Pss:"):
+                        total += int(line.split()[1])
+                        break
+        except OSError:
+            pass
+    return total
+
+
+def mounts_under(path: str) -> list[str]:
+    res = []
+    with open("/proc/self/mountinfo") as f:
+        for line in f:
+            mp = line.split()[4]
+            mp = re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), mp)
+            if mp == path or mp.startswith(path + "/"):
+                res.append(mp)
+    return res
