@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-import spacelib
+from lib import spacelib
 
 ANSWER_WITHIN_S = 1.0  # the acceptance criterion of E21
 # The server's defaults (src/http/server.h, src/http/connection_limits.h); spaced has no setting for them.
@@ -123,7 +123,7 @@ def tcp_daemon(own_daemon):
     return d
 
 
-def test_unauthenticated_tcp_flood_from_one_source(tcp_daemon):
+def test_e21_unauthenticated_tcp_flood_from_one_source(tcp_daemon):
     d = tcp_daemon
     port = d.tcp_port
     key = d.client.create_key("flood-test")["secret"]
@@ -192,7 +192,7 @@ def test_unauthenticated_tcp_flood_from_one_source(tcp_daemon):
     assert d.client.healthy()
 
 
-def test_unix_connections_that_never_finish_a_body(own_daemon):
+def test_e21_unix_connections_that_never_finish_a_body(own_daemon):
     d = own_daemon(build_template=False)
     raise_nofile(UNIX_FLOOD + 256)
     stalled: dict[socket.socket, Outcome] = {}

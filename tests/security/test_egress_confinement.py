@@ -19,8 +19,8 @@ import subprocess
 import time
 from pathlib import Path
 
-import spacelib
-from egressfixtures import (CURL, UPSTREAM, create, egress_daemon, python_tpl, sh, upstream,  # noqa: F401
+from lib import spacelib
+from lib.egress import (CURL, UPSTREAM, create, egress_daemon, python_tpl, sh, upstream,  # noqa: F401
                             upstream_log)
 
 EGRESS_UID = 0x0FFF0000  # spaced's default egress_uid (src/core/config.h)
@@ -110,7 +110,7 @@ def spoofing_from(d, sid: str, script: str) -> subprocess.CompletedProcess:
     return run("nsenter", f"--net=/proc/{pids[0]}/ns/net", "sh", "-c", script, check=False)
 
 
-def test_v8_the_gateway_refuses_a_neighbours_source_on_the_wrong_link(egress_daemon, upstream):
+def test_v08_the_gateway_refuses_a_neighbours_source_on_the_wrong_link(egress_daemon, upstream):
     d = egress_daemon
     wildcard = {"mode": "allow-list", "rules": [{"action": "allow", "domain": "*.allowed.test"},
                                                 {"action": "allow", "domain": "allowed.test"}]}

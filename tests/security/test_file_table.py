@@ -6,7 +6,7 @@ until EMFILE leaves the table room for every other admitted sandbox, and the hos
 import os
 import time
 
-import spacelib
+from lib import spacelib
 
 PIDS, NOFILE, RESERVE = 256, 4096, 1 << 20  # the session daemon's defaults (max_sandboxes 1000)
 

@@ -19,8 +19,8 @@ from pathlib import Path
 
 import pytest
 
-import spacelib
-from spacelib import ApiError, wait_for
+from lib import spacelib
+from lib.spacelib import ApiError, wait_for
 
 HERE = Path(__file__).resolve().parent
 PROBE_IN_SANDBOX = "/probe"

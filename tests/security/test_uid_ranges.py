@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-import spacelib
+from lib import spacelib
 
 UID_BASE, UID_RANGE, SLOTS_PER_BLOCK = 0x10000000, 65536, 4096
 

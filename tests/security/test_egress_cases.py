@@ -3,7 +3,7 @@
 the bytes) against one spaced with egress on and the upstream servers of egress_upstream.py in the test's
 own network namespace. Every case checks that the gateway refused it (its audit line with verdict and rule)
 and what reached the upstream side (the upstream's JSON log), not only that a client failed.
-E1, E11, E16 and E17's literal echo are in test_egress.py."""
+E1, E11, E16 and E17's literal echo are in test_egress_denials.py."""
 
 from __future__ import annotations
 
@@ -17,10 +17,10 @@ import urllib.parse
 
 import pytest
 
-import spacelib
-from egressfixtures import (CURL, HOST_END, NET, UPSTREAM, audit, egress_daemon, python_tpl,  # noqa: F401
-                            sh, skip, upstream, upstream_log)
-from spacefixtures import PYTHON_ROOTFS
+from lib import spacelib
+from lib.egress import (CURL, HOST_END, NET, UPSTREAM, audit, egress_daemon, python_tpl,  # noqa: F401
+                        sh, skip, upstream, upstream_log)
+from lib.fixtures import PYTHON_ROOTFS
 
 API_PORT = spacelib.free_port()
 # spaced's API on TCP, on the host's address towards the upstream namespace: a lateral target (E12).
@@ -176,7 +176,7 @@ def _spellings_are_refused(d, up, tpl, hosts, clients) -> list[dict]:
         d.client.delete(sid)
 
 
-def test_odd_ipv4_spellings_are_denied_E2(egress_daemon, upstream, python_tpl):
+def test_e02_odd_ipv4_spellings_are_denied(egress_daemon, upstream, python_tpl):
     d = egress_daemon
 
     def clients(sid):  # curl through the proxy and transparent, urllib through the proxy
@@ -195,7 +195,7 @@ def test_odd_ipv4_spellings_are_denied_E2(egress_daemon, upstream, python_tpl):
     assert "default-deny 0.0.0.0/8" in rules and "default-deny 169.254.0.0/16" in rules, rules
 
 
-def test_ipv4_hidden_in_ipv6_and_zone_ids_are_denied_E3(egress_daemon, upstream, python_tpl):
+def test_e03_ipv4_hidden_in_ipv6_and_zone_ids_are_denied(egress_daemon, upstream, python_tpl):
     d = egress_daemon
 
     def clients(sid):  # curl and requests through the proxy
@@ -227,7 +227,7 @@ def resolve_inside(d, sid, *names) -> str:
     return r.out
 
 
-def test_allowed_name_with_private_answers_is_denied_E4(egress_daemon, upstream, python_tpl):
+def test_e04_allowed_name_with_private_answers_is_denied(egress_daemon, upstream, python_tpl):
     d = egress_daemon
     sid = sandbox(d, python_tpl, [allow("private.test"), allow("*.private.test"), allow("*.mapped.test")])
     try:
@@ -265,7 +265,7 @@ def test_allowed_name_with_private_answers_is_denied_E4(egress_daemon, upstream,
         d.client.delete(sid)
 
 
-def test_dns_rebinding_is_pinned_to_the_vetted_address_E5(egress_daemon, upstream, python_tpl):
+def test_e05_dns_rebinding_is_pinned_to_the_vetted_address(egress_daemon, upstream, python_tpl):
     """The upstream answers TTL 0, the upstream address first and 10.0.0.1 to every later query: the gateway
     resolves once per pin period (>= 30 s), so every connection, by name or by the address the sandbox got,
     goes to the first, vetted address, and the private answer is never even asked for within the pin."""
@@ -295,7 +295,7 @@ def test_dns_rebinding_is_pinned_to_the_vetted_address_E5(egress_daemon, upstrea
         d.client.delete(sid)
 
 
-def test_mixed_public_and_private_answers_use_only_the_public_E6(egress_daemon, upstream, python_tpl):
+def test_e06_mixed_public_and_private_answers_use_only_the_public(egress_daemon, upstream, python_tpl):
     d = egress_daemon
     name = f"e6{os.urandom(4).hex()}.mixed.test"
     sid = sandbox(d, python_tpl, [allow("*.mixed.test")])
@@ -329,7 +329,7 @@ def test_mixed_public_and_private_answers_use_only_the_public_E6(egress_daemon, 
 # ------------------------------------------------------------------------------------------------ E7, E8
 
 
-def test_name_tricks_match_exactly_as_the_policy_says_E7(egress_daemon, upstream, python_tpl):
+def test_e07_name_tricks_match_exactly_as_the_policy_says(egress_daemon, upstream, python_tpl):
     d = egress_daemon
     sid = sandbox(d, python_tpl, [allow("allowed.test"), allow("*.wild.test")])
     lookalike = "\u0430llowed.test"  # Cyrillic a
@@ -370,7 +370,7 @@ def test_name_tricks_match_exactly_as_the_policy_says_E7(egress_daemon, upstream
         d.client.delete(sid)
 
 
-def test_url_tricks_do_not_bypass_the_policy_E8(egress_daemon, upstream, python_tpl):
+def test_e08_url_tricks_do_not_bypass_the_policy(egress_daemon, upstream, python_tpl):
     d = egress_daemon
     sid = sandbox(d, python_tpl, [allow("allowed.test")])
     try:
@@ -413,7 +413,7 @@ def _openssl(d, sid, args) -> str:
     return r.out
 
 
-def test_domain_fronting_is_denied_E9(egress_daemon, upstream, python_tpl):
+def test_e09_domain_fronting_is_denied(egress_daemon, upstream, python_tpl):
     d = egress_daemon
     value = "sk-e9-" + os.urandom(8).hex()
     d.client.call("POST", "/v1/secrets", {"name": "E9_TOKEN", "value": value, "hosts": ["secret.test"],
@@ -471,7 +471,7 @@ FRONTING_CASES = [
 ]
 
 
-def test_domain_fronting_is_denied_when_all_allowed_tls_is_intercepted_E9(egress_daemon, upstream, python_tpl):
+def test_e09_domain_fronting_is_denied_when_all_allowed_tls_is_intercepted(egress_daemon, upstream, python_tpl):
     d = egress_daemon
     sid = sandbox(d, python_tpl, [allow("allowed.test")], tls="intercept-all")
     try:
@@ -494,7 +494,7 @@ def test_domain_fronting_is_denied_when_all_allowed_tls_is_intercepted_E9(egress
         d.client.delete(sid)
 
 
-def test_domain_fronting_through_a_passthrough_tls_host_is_the_stated_limit_E9(egress_daemon, upstream,
+def test_e09_domain_fronting_through_a_passthrough_tls_host_is_the_stated_limit(egress_daemon, upstream,
                                                                               python_tpl):
     """SECURITY.md's stated limit: TLS the gateway does not terminate is judged by SNI only, so the Host
     inside reaches the upstream. This test pins that the limit is what is documented (and no worse: the
@@ -514,7 +514,7 @@ def test_domain_fronting_through_a_passthrough_tls_host_is_the_stated_limit_E9(e
         d.client.delete(sid)
 
 
-def test_allow_rules_for_shared_cdns_are_warned_about_E9(egress_daemon):
+def test_e09_allow_rules_for_shared_cdns_are_warned_about(egress_daemon):
     c = egress_daemon.client
     sid = c.create(network={"mode": "allow-list", "rules": [allow("d111abcdef8.cloudfront.net")]})["id"]
     try:
@@ -543,7 +543,7 @@ def test_allow_rules_for_shared_cdns_are_warned_about_E9(egress_daemon):
         c.delete(answer["id"])
 
 
-def test_transparent_tls_without_a_vetted_destination_is_denied_E10(egress_daemon, upstream, python_tpl):
+def test_e10_transparent_tls_without_a_vetted_destination_is_denied(egress_daemon, upstream, python_tpl):
     d = egress_daemon
     sid = sandbox(d, python_tpl, [allow("allowed.test")])
     try:
@@ -576,7 +576,7 @@ def test_transparent_tls_without_a_vetted_destination_is_denied_E10(egress_daemo
 # ------------------------------------------------------------------------------------------------ E12
 
 
-def test_lateral_targets_are_denied_even_under_a_cidr_rule_E12(egress_daemon, upstream, python_tpl):
+def test_e12_lateral_targets_are_denied_even_under_a_cidr_rule(egress_daemon, upstream, python_tpl):
     d = egress_daemon
     pool = "10.200.0.0/16"
     rules = [{"action": "allow", "cidr": NET + "0/24"}, {"action": "allow", "cidr": pool}]
@@ -680,7 +680,7 @@ for t in ('http://allowed.test/e14-requests', 'http://169.254.169.254/e14-reques
 """
 
 
-def test_placeholder_abuse_is_blocked_and_audited_E13(egress_daemon, upstream, python_tpl):
+def test_e13_placeholder_abuse_is_blocked_and_audited(egress_daemon, upstream, python_tpl):
     d = egress_daemon
     sid, value, ph = _with_secret(d, python_tpl, "E13_TOKEN")
     try:
@@ -716,7 +716,7 @@ def test_placeholder_abuse_is_blocked_and_audited_E13(egress_daemon, upstream, p
         d.client.call("DELETE", "/v1/secrets/E13_TOKEN")
 
 
-def test_secret_restricted_to_methods_and_paths_is_refused_outside_them_E13(egress_daemon, upstream, python_tpl):
+def test_e13_secret_restricted_to_methods_and_paths_is_refused_outside_them(egress_daemon, upstream, python_tpl):
     d = egress_daemon
     c = d.client
     for bad, needle in (({"methods": ["get"]}, b"upper-case HTTP method"), ({"methods": "GET"}, b"methods"),
@@ -755,7 +755,7 @@ def test_secret_restricted_to_methods_and_paths_is_refused_outside_them_E13(egre
         c.call("DELETE", "/v1/secrets/E13R_TOKEN")
 
 
-def test_redirects_do_not_carry_the_credential_E14(egress_daemon, upstream, python_tpl):
+def test_e14_redirects_do_not_carry_the_credential(egress_daemon, upstream, python_tpl):
     d = egress_daemon
     sid, value, ph = _with_secret(d, python_tpl, "E14_TOKEN")
     try:
@@ -810,7 +810,7 @@ E15_HEADS = {
 }
 
 
-def test_request_smuggling_is_rejected_E15(egress_daemon, upstream, python_tpl):
+def test_e15_request_smuggling_is_rejected(egress_daemon, upstream, python_tpl):
     """Raw requests through the interception path (TLS with the sandbox's CA, transparent and via CONNECT)
     and through plain HTTP; and a valid request with a second one pipelined behind it that names another
     host: the first is relayed, the second refused."""
@@ -864,7 +864,7 @@ def _encoded_forms(value: str) -> dict[str, str]:
     return forms
 
 
-def test_encoded_echoes_of_the_secret_never_reach_the_sandbox_E17(egress_daemon, upstream, python_tpl):
+def test_e17_encoded_echoes_of_the_secret_never_reach_the_sandbox(egress_daemon, upstream, python_tpl):
     d = egress_daemon
     # Reserved characters, so that percent-encoding only what must be differs from the value itself.
     value = "sk-e17/" + os.urandom(10).hex() + "+x=y"

@@ -21,7 +21,7 @@ import time
 
 import pytest
 
-from egressfixtures import UPSTREAM, audit, create, egress_daemon, python_tpl, sh, upstream  # noqa: F401
+from lib.egress import UPSTREAM, audit, create, egress_daemon, python_tpl, sh, upstream  # noqa: F401
 
 GATEWAY_SETTINGS = {"head_deadline_ms": 3000, "max_connections": 512}
 FLOOD_SECONDS = 15
@@ -285,7 +285,7 @@ print(answered)
 # ------------------------------------------------------------------------------------------------ E19
 
 
-def test_a_flood_of_dns_and_denied_connections_is_bounded_on_disk_and_a_neighbour_is_answered_E19(
+def test_e19_a_flood_of_dns_and_denied_connections_is_bounded_on_disk_and_a_neighbour_is_answered(
         gateway, upstream, python_tpl):
     d = gateway
     flooder = create(d, template=python_tpl)  # deny-all
@@ -337,7 +337,7 @@ def test_a_flood_of_dns_and_denied_connections_is_bounded_on_disk_and_a_neighbou
         d.client.delete(neighbour)
 
 
-def test_space_net_log_reads_the_audit_after_a_flood_E19(gateway, python_tpl):
+def test_e19_space_net_log_reads_the_audit_after_a_flood(gateway, python_tpl):
     """`space net log` (spaced reading audit.jsonl) still serves a sandbox's lines, the aggregated ones
     included."""
     d = gateway
@@ -359,7 +359,7 @@ def test_space_net_log_reads_the_audit_after_a_flood_E19(gateway, python_tpl):
 # ------------------------------------------------------------------------------------------------ E20
 
 
-def test_request_heads_trickled_a_byte_a_second_are_cut_at_the_absolute_deadline_E20(gateway, upstream, python_tpl):
+def test_e20_request_heads_trickled_a_byte_a_second_are_cut_at_the_absolute_deadline(gateway, upstream, python_tpl):
     d = gateway
     sid = allow_list(d, python_tpl)
     try:
@@ -385,7 +385,7 @@ def test_request_heads_trickled_a_byte_a_second_are_cut_at_the_absolute_deadline
         d.client.delete(sid)
 
 
-def test_sandboxes_at_their_cap_leave_connections_for_a_neighbour_E20(gateway, upstream, python_tpl):
+def test_e20_sandboxes_at_their_cap_leave_connections_for_a_neighbour(gateway, upstream, python_tpl):
     """Two sandboxes keep 300 slow connections each open (reopening what is cut), against a node cap of 512
     and a sandbox cap of 256: together they would take every connection. The reserve keeps the node's last
     connections for sandboxes holding few, so a neighbour's requests go through all along."""
@@ -439,7 +439,7 @@ def test_sandboxes_at_their_cap_leave_connections_for_a_neighbour_E20(gateway, u
 # ------------------------------------------------------------------------------------------------ E19, last
 
 
-def test_the_audit_is_capped_and_rotated_and_net_log_serves_the_current_file_E19(gateway, python_tpl):
+def test_e19_the_audit_is_capped_and_rotated_and_net_log_serves_the_current_file(gateway, python_tpl):
     """Runs last: it restarts the gateway with a small cap (and budgets large enough to reach it quickly)."""
     d = gateway
     cap = 256 << 10
