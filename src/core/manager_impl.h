@@ -13,6 +13,7 @@
 
 #include "core/config.h"
 #include "core/egress_supervisor.h"
+#include "core/lifecycle.h"
 #include "core/retention.h"
 #include "core/manager.h"
 #include "runtime/runtime.h"

@@ -46,7 +46,7 @@ class StoreTest : public ::testing::Test {
     s.id = std::move(id);
     s.template_name = "base";
     s.template_id = "sha256:aa";
-    s.state = "running";
+    s.state = SandboxState::kRunning;
     s.runtime = "jail";
     s.spec = {{"memory", 1 << 20}};
     s.labels = std::move(labels);
@@ -143,10 +143,10 @@ TEST_F(StoreTest, SandboxCrud) {
   EXPECT_EQ(got->error, "none");
   EXPECT_FALSE(got->pooled);
 
-  got->state = "paused";
+  got->state = SandboxState::kPaused;
   got->labels["env"] = "dev";
   ASSERT_TRUE(store_->updateSandbox(*got));
-  EXPECT_EQ(store_->getSandbox("sb-1")->state, "paused");
+  EXPECT_EQ(store_->getSandbox("sb-1")->state, SandboxState::kPaused);
   EXPECT_EQ(store_->getSandbox("sb-1")->labels.size(), 2u);
   EXPECT_EQ(store_->updateSandbox(sandbox("sb-404", 3)).error().kind, ErrorKind::kNotFound);
 
@@ -161,7 +161,7 @@ TEST_F(StoreTest, ListFiltersByLabelsStateAndPool) {
   ASSERT_TRUE(store_->insertSandbox(sandbox("sb-1", 0, {{"team", "a"}, {"env", "dev"}})));
   ASSERT_TRUE(store_->insertSandbox(sandbox("sb-2", 1, {{"team", "a"}, {"env", "prod"}})));
   auto paused = sandbox("sb-3", 2, {{"team", "b"}, {"odd key \"'.$[", "v"}});
-  paused.state = "paused";
+  paused.state = SandboxState::kPaused;
   ASSERT_TRUE(store_->insertSandbox(paused));
   auto pooled = sandbox("sb-4", 3, {{"team", "a"}});
   pooled.pooled = true;
@@ -181,8 +181,8 @@ TEST_F(StoreTest, ListFiltersByLabelsStateAndPool) {
   EXPECT_EQ(ids({.labels = {{"team", "a"}, {"env", "prod"}}}), (V{"sb-2"}));
   EXPECT_EQ(ids({.labels = {{"team", "a"}, {"env", "none"}}}), V{});
   EXPECT_EQ(ids({.labels = {{"odd key \"'.$[", "v"}}}), (V{"sb-3"}));
-  EXPECT_EQ(ids({.state = "paused"}), (V{"sb-3"}));
-  EXPECT_EQ(ids({.labels = {{"team", "a"}}, .state = "running", .include_pooled = true}), (V{"sb-1", "sb-2", "sb-4"}));
+  EXPECT_EQ(ids({.state = SandboxState::kPaused}), (V{"sb-3"}));
+  EXPECT_EQ(ids({.labels = {{"team", "a"}}, .state = SandboxState::kRunning, .include_pooled = true}), (V{"sb-1", "sb-2", "sb-4"}));
 }
 
 TEST_F(StoreTest, UidSlotsAreUniqueAndReused) {
