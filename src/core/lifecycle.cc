@@ -6,8 +6,8 @@ namespace space::core {
 namespace {
 
 constexpr std::array<std::string_view, kLifecycleEvents.size()> kEventNames = {
-    "ready", "hand_over", "pause", "idle_pause", "resume", "use", "snapshot", "rollback", "set_network", "die",
-    "expire", "delete"};
+    "ready",    "hand_over", "pause",       "idle_pause", "resume", "use",
+    "snapshot", "rollback",  "set_network", "die",        "expire", "delete"};
 
 }  // namespace
 
@@ -23,7 +23,7 @@ tl::expected<Transition, Refusal> transition(Lifecycle from, LifecycleEvent even
   const SandboxState s = from.state;
   const bool live = s == kRunning || s == kPaused;  // its processes exist and answer (once thawed)
   auto enter = [](SandboxState to, bool auto_paused = false) { return Transition{Action::kApply, {to, auto_paused}}; };
-  auto stay = [&] { return Transition{Action::kApply, from}; };    // the work changes nothing of its state
+  auto stay = [&] { return Transition{Action::kApply, from}; };  // the work changes nothing of its state
   auto already = [&] { return Transition{Action::kNothing, from}; };
   auto refuse = [&](std::string_view wanted) { return tl::unexpected(Refusal{s, wanted}); };
 

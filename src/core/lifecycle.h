@@ -3,6 +3,7 @@
 // change of state and records what it answers; tests/unit/core/lifecycle_test.cc pins the whole table.
 #pragma once
 
+#include <array>
 #include <string>
 #include <string_view>
 
@@ -36,9 +37,9 @@ enum class LifecycleEvent {
   kDelete,      // DELETE, a drain, a create that failed half-way
 };
 inline constexpr std::array<LifecycleEvent, 12> kLifecycleEvents = {
-    LifecycleEvent::kReady,    LifecycleEvent::kHandOver, LifecycleEvent::kPause,      LifecycleEvent::kIdlePause,
-    LifecycleEvent::kResume,   LifecycleEvent::kUse,      LifecycleEvent::kSnapshot,   LifecycleEvent::kRollback,
-    LifecycleEvent::kSetNetwork, LifecycleEvent::kDie,    LifecycleEvent::kExpire,     LifecycleEvent::kDelete};
+    LifecycleEvent::kReady,      LifecycleEvent::kHandOver, LifecycleEvent::kPause,    LifecycleEvent::kIdlePause,
+    LifecycleEvent::kResume,     LifecycleEvent::kUse,      LifecycleEvent::kSnapshot, LifecycleEvent::kRollback,
+    LifecycleEvent::kSetNetwork, LifecycleEvent::kDie,      LifecycleEvent::kExpire,   LifecycleEvent::kDelete};
 
 std::string_view toString(LifecycleEvent event);
 

@@ -404,8 +404,7 @@ Result<runtime::Instance> Manager::finishRollback(store::SandboxRecord& rec) {
   if (!env.empty() || rec.runtime == "vm") {
     agent::Identity identity;
     identity.env = env;
-    if (rec.runtime == "vm")
-      renewGuestIdentity(identity, rec.id, afterRestoreFrom(rec.pending.after_restore));
+    if (rec.runtime == "vm") renewGuestIdentity(identity, rec.id, afterRestoreFrom(rec.pending.after_restore));
     TRY(inst.agent->setIdentity(identity));
   }
   rec.persisted = inst.persisted.state;

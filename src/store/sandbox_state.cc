@@ -4,8 +4,8 @@ namespace space::store {
 namespace {
 
 // One table per enum, in declaration order: the text is what the database and the API hold.
-constexpr std::array<std::string_view, kSandboxStates.size()> kStateNames = {"starting", "running", "paused",
-                                                                             "failed", "deleting"};
+constexpr std::array<std::string_view, kSandboxStates.size()> kStateNames = {"starting", "running", "paused", "failed",
+                                                                             "deleting"};
 constexpr std::array<std::string_view, 2> kTierNames = {"jail", "vm"};
 constexpr std::array<std::string_view, 3> kPendingOpNames = {"", "rolling_back", "forking"};
 

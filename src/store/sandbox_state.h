@@ -20,9 +20,9 @@ enum class SandboxState {
   kFailed,    // its agent or VMM died; only deleting it is left
   kDeleting,  // being deleted (start-up finishes the job)
 };
-inline constexpr std::array<SandboxState, 5> kSandboxStates = {
-    SandboxState::kStarting, SandboxState::kRunning, SandboxState::kPaused, SandboxState::kFailed,
-    SandboxState::kDeleting};
+inline constexpr std::array<SandboxState, 5> kSandboxStates = {SandboxState::kStarting, SandboxState::kRunning,
+                                                               SandboxState::kPaused, SandboxState::kFailed,
+                                                               SandboxState::kDeleting};
 
 // "starting", "running", …: the state column's text and the API's "state".
 std::string_view toString(SandboxState state);
@@ -48,9 +48,10 @@ std::optional<PendingOp> parsePendingOp(std::string_view text);
 
 struct PendingOperation {
   PendingOp op = PendingOp::kNone;
-  int64_t since_ms = 0;           // unix ms when it began (0: unknown, from a row written before the column)
-  std::string snapshot_id;        // kRollingBack: the snapshot the sandbox goes back to
-  nlohmann::json after_restore = nlohmann::json::object();  // kRollingBack: what its restored processes get (core::AfterRestore as JSON)
+  int64_t since_ms = 0;     // unix ms when it began (0: unknown, from a row written before the column)
+  std::string snapshot_id;  // kRollingBack: the snapshot the sandbox goes back to
+  // kRollingBack: what its restored processes get (core::AfterRestore as JSON).
+  nlohmann::json after_restore = nlohmann::json::object();
 };
 
 }  // namespace space::store

@@ -228,11 +228,11 @@ class SqliteStore final : public Store {
   Status updateSandbox(const SandboxRecord& s) override {
     auto lock = db_.lock();
     auto r = [&]() -> Status {
-      ASSIGN_OR_RETURN(auto stmt,
-                       db_.prepare("UPDATE sandboxes SET template_name = ?, template_id = ?, state = ?, runtime = ?, "
-                                   "spec = ?, labels = ?, uid_slot = ?, created_ms = ?, expires_ms = ?, "
-                                   "persisted = ?, error = ?, pooled = ?, auto_paused = ?, pending_op = ?, "
-                                   "pending_since_ms = ?, pending_snapshot = ?, pending_after_restore = ? WHERE id = ?"));
+      ASSIGN_OR_RETURN(
+          auto stmt, db_.prepare("UPDATE sandboxes SET template_name = ?, template_id = ?, state = ?, runtime = ?, "
+                                 "spec = ?, labels = ?, uid_slot = ?, created_ms = ?, expires_ms = ?, "
+                                 "persisted = ?, error = ?, pooled = ?, auto_paused = ?, pending_op = ?, "
+                                 "pending_since_ms = ?, pending_snapshot = ?, pending_after_restore = ? WHERE id = ?"));
       TRY(bindSandboxFields(stmt, 1, s));
       TRY(stmt.bind(18, s.id));
       TRY(stmt.run());

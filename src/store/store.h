@@ -42,7 +42,7 @@ struct SandboxRecord {
   // Paused for being idle (not by its owner): the next use wakes it. A qualifier of kPaused, not an
   // operation: nothing is in flight while it is set.
   bool auto_paused = false;
-  PendingOperation pending;   // the multi-step operation in flight on it, if any
+  PendingOperation pending;  // the multi-step operation in flight on it, if any
 };
 
 struct ApiKeyRecord {

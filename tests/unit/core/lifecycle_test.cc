@@ -119,9 +119,7 @@ const Row kTable[] = {
     {kDeleting, E::kDelete, apply(kDeleting)},
 };
 
-std::string describe(Lifecycle l) {
-  return std::string(store::toString(l.state)) + (l.auto_paused ? " (idle)" : "");
-}
+std::string describe(Lifecycle l) { return std::string(store::toString(l.state)) + (l.auto_paused ? " (idle)" : ""); }
 
 TEST(LifecycleTest, TableCoversEveryStateAndEventOnce) {
   std::set<std::pair<std::string, std::string>> seen;

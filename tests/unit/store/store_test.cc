@@ -182,7 +182,8 @@ TEST_F(StoreTest, ListFiltersByLabelsStateAndPool) {
   EXPECT_EQ(ids({.labels = {{"team", "a"}, {"env", "none"}}}), V{});
   EXPECT_EQ(ids({.labels = {{"odd key \"'.$[", "v"}}}), (V{"sb-3"}));
   EXPECT_EQ(ids({.state = SandboxState::kPaused}), (V{"sb-3"}));
-  EXPECT_EQ(ids({.labels = {{"team", "a"}}, .state = SandboxState::kRunning, .include_pooled = true}), (V{"sb-1", "sb-2", "sb-4"}));
+  EXPECT_EQ(ids({.labels = {{"team", "a"}}, .state = SandboxState::kRunning, .include_pooled = true}),
+            (V{"sb-1", "sb-2", "sb-4"}));
 }
 
 TEST_F(StoreTest, UidSlotsAreUniqueAndReused) {
@@ -352,7 +353,8 @@ TEST_F(StoreTest, MigrationFiveMovesSpecKeysIntoColumns) {
     ASSERT_EQ(*schemaVersion(*db), 4);
     auto insert = db->prepare(
         "INSERT INTO sandboxes (id, template_name, template_id, state, runtime, spec, labels, uid_slot, created_ms, "
-        "expires_ms, persisted, error, pooled) VALUES (?, 'base', 'sha256:aa', ?, 'jail', ?, '{}', ?, 1, 0, '{}', '', 0)");
+        "expires_ms, persisted, error, pooled) "
+        "VALUES (?, 'base', 'sha256:aa', ?, 'jail', ?, '{}', ?, 1, 0, '{}', '', 0)");
     ASSERT_TRUE(insert);
     auto row = [&](const char* id, const char* state, const nlohmann::json& spec, int slot) {
       ASSERT_TRUE(insert->bindAll(id, state, spec.dump(), slot));
