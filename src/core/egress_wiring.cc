@@ -182,8 +182,10 @@ void Manager::resyncEgress() {
   if (!records) return;
   int n = 0;
   for (const auto& rec : *records) {
-    if (!rec.spec.contains("egress") || (rec.state != "running" && rec.state != "paused" && rec.state != "starting"))
-      continue;
+    // Every sandbox whose network exists: those being made hold their deny-all registration already.
+    bool networked = rec.state == SandboxState::kStarting || rec.state == SandboxState::kRunning ||
+                     rec.state == SandboxState::kPaused;
+    if (!rec.spec.contains("egress") || !networked) continue;
     auto reg = egressRegistration(rec);
     if (!reg) {
       spdlog::error("egress: re-register {}: {}", rec.id, reg.error().message);
@@ -219,8 +221,7 @@ Result<json> Manager::setNetwork(const std::string& id, const json& policy) {
   ASSIGN_OR_RETURN(store::SandboxRecord rec, store_->getSandbox(id));
   if (rec.pooled) return notFoundError("sandbox", "sandbox {} not found", id);
   if (!rec.spec.contains("egress") || !egress_) return makeError(ErrorKind::kUnsupported, "{}", noNetworkMessage(id));
-  if (rec.state != "running" && rec.state != "paused")
-    return makeError(ErrorKind::kConflict, "sandbox {} is {}, not running", id, rec.state);
+  TRY(transitionOf(rec, LifecycleEvent::kSetNetwork));
   TRY(egress_->update(id, policy, std::nullopt));
   rec.spec["egress"]["policy"] = policy;
   TRY(store_->updateSandbox(rec));

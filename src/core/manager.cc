@@ -164,7 +164,7 @@ Result<Manager::Started> Manager::startSandbox(const store::TemplateRecord& tpl,
   rec.id = newSandboxId();
   rec.template_name = tpl.name;
   rec.template_id = tpl.id;
-  rec.state = "starting";
+  rec.state = SandboxState::kStarting;  // where every sandbox begins
   rec.runtime = isolation;
   rec.pooled = pooled;
   rec.created_ms = nowUnixMs();
@@ -216,9 +216,9 @@ Result<Manager::Started> Manager::startSandbox(const store::TemplateRecord& tpl,
       return tl::unexpected(st.error().context("start sandbox " + rec.id + ": egress"));
     }
   }
-  // A pooled sandbox is ready; one being made for a request is "starting" until the request is answered
+  // A pooled sandbox is ready; one being made for a request is starting until the request is answered
   // (the reaper leaves it alone, and a crash before then cleans it at start-up).
-  rec.state = pooled ? "running" : "starting";
+  if (pooled) enter(rec, transitionOf(rec, LifecycleEvent::kReady).value());
   if (auto st = store_->updateSandbox(rec); !st) {
     (void)rt.destroy(inst->persisted);
     (void)store_->deleteSandbox(rec.id);
@@ -335,8 +335,13 @@ Result<SandboxView> Manager::completeCreate(Started& started_ref, const CreateSa
   }
 
   store::SandboxRecord& rec = started->record;
+  auto handed = transitionOf(rec, LifecycleEvent::kHandOver);
+  if (!handed) {
+    (void)destroyRecord(rec);
+    return tl::unexpected(handed.error());
+  }
   rec.pooled = false;
-  rec.state = "running";
+  enter(rec, *handed);
   rec.labels = cmd.labels;
   rec.created_ms = nowUnixMs();
   int64_t ttl = cmd.ttl_s ? cmd.ttl_s : config_.default_ttl_s;
@@ -371,7 +376,10 @@ Result<SandboxView> Manager::get(const std::string& id) {
 Result<std::vector<SandboxView>> Manager::list(const ListSandboxes& cmd) {
   store::SandboxFilter filter;
   filter.labels = cmd.labels;
-  filter.state = cmd.state;
+  if (cmd.state) {
+    filter.state = store::parseSandboxState(*cmd.state);
+    if (!filter.state) return std::vector<SandboxView>{};  // a state the API names that no sandbox is in ("stopped")
+  }
   ASSIGN_OR_RETURN(auto records, store_->listSandboxes(filter));
   std::vector<SandboxView> out;
   for (auto& r : records) out.push_back(viewOf(r, false));
@@ -379,7 +387,8 @@ Result<std::vector<SandboxView>> Manager::list(const ListSandboxes& cmd) {
 }
 
 Status Manager::destroyRecord(store::SandboxRecord rec) {
-  rec.state = "deleting";
+  ASSIGN_OR_RETURN(Transition deleting, transitionOf(rec, LifecycleEvent::kDelete));
+  enter(rec, deleting);
   TRY(store_->updateSandbox(rec));
   {
     std::lock_guard lock(mu_);
@@ -418,15 +427,14 @@ runtime::Instance Manager::instanceOf(const store::SandboxRecord& rec) {
 Status Manager::pause(const std::string& id) {
   ASSIGN_OR_RETURN(store::SandboxRecord rec, store_->getSandbox(id));
   if (rec.pooled) return notFoundError("sandbox", "sandbox {} not found", id);
-  if (rec.state == "paused") return ok();
-  if (rec.state != "running") return makeError(ErrorKind::kConflict, "sandbox {} is {}, not running", id, rec.state);
+  ASSIGN_OR_RETURN(Transition t, transitionOf(rec, LifecycleEvent::kPause));
+  if (t.action == Transition::Action::kNothing) return ok();
   runtime::Runtime& rt = runtimeFor(rec.runtime);
   if (!rt.capabilities().pause)
     return makeError(ErrorKind::kUnsupported, "pause is not supported by the {} runtime yet", rec.runtime);
   runtime::Instance inst = instanceOf(rec);
   TRY(rt.pause(inst));
-  rec.state = "paused";
-  rec.spec.erase("auto_paused");  // paused by its owner: only an explicit resume wakes it
+  enter(rec, t);  // paused by its owner: only an explicit resume wakes it
   stopTtlClock(rec, nowUnixMs());
   if (auto st = store_->updateSandbox(rec); !st) {
     (void)rt.resume(inst);
@@ -438,12 +446,11 @@ Status Manager::pause(const std::string& id) {
 Status Manager::resume(const std::string& id) {
   ASSIGN_OR_RETURN(store::SandboxRecord rec, store_->getSandbox(id));
   if (rec.pooled) return notFoundError("sandbox", "sandbox {} not found", id);
-  if (rec.state == "running") return ok();
-  if (rec.state != "paused") return makeError(ErrorKind::kConflict, "sandbox {} is {}, not paused", id, rec.state);
+  ASSIGN_OR_RETURN(Transition t, transitionOf(rec, LifecycleEvent::kResume));
+  if (t.action == Transition::Action::kNothing) return ok();
   runtime::Instance inst = instanceOf(rec);
   TRY(runtimeFor(rec.runtime).resume(inst));
-  rec.state = "running";
-  rec.spec.erase("auto_paused");
+  enter(rec, t);
   startTtlClock(rec, nowUnixMs());
   TRY(store_->updateSandbox(rec));
   touch(id);
@@ -463,18 +470,17 @@ Result<std::shared_ptr<agent::AgentClient>> Manager::agent(const std::string& id
     if (it != live_.end() && it->second.agent && it->second.agent->alive()) {
       // A pooled sandbox is not addressable until it is handed out.
       auto rec = store_->getSandbox(id);
-      if (rec && !rec->pooled && rec->state == "running") return it->second.agent;
+      if (rec && !rec->pooled && rec->state == SandboxState::kRunning) return it->second.agent;
     }
   }
   ASSIGN_OR_RETURN(store::SandboxRecord rec, store_->getSandbox(id));
   if (rec.pooled) return notFoundError("sandbox", "sandbox {} not found", id);
-  if (rec.state == "paused" && rec.spec.value("auto_paused", false)) {
+  ASSIGN_OR_RETURN(Transition use, transitionOf(rec, LifecycleEvent::kUse));
+  if (use.action == Transition::Action::kWakeFirst) {
     // Paused for being idle: the next use wakes it.
     TRY(resume(id));
     return agent(id);
   }
-  if (rec.state != "running")
-    return makeError(ErrorKind::kConflict, "sandbox {} is {}, not running", id, rec.state);
   // The connection broke (agent restarted, transient error): reconnect once.
   auto inst = runtimeFor(rec.runtime).reattach(runtime::PersistedInstance{rec.id, rec.runtime, rec.persisted});
   if (!inst) return makeError(ErrorKind::kUnavailable, "sandbox {} does not answer: {}", id, inst.error().message);

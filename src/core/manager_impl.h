@@ -11,8 +11,10 @@
 #include <set>
 #include <thread>
 
+#include "common/thread_annotations.h"
 #include "core/config.h"
 #include "core/egress_supervisor.h"
+#include "core/lifecycle.h"
 #include "core/retention.h"
 #include "core/manager.h"
 #include "runtime/runtime.h"
@@ -152,7 +154,8 @@ class Manager final : public SandboxManager {
 
   // Snapshots (snapshots.cc)
   Result<store::SnapshotRecord> findSnapshot(const std::string& sandbox_id, const std::string& ref);
-  Result<store::SnapshotRecord> takeSnapshot(store::SandboxRecord& rec, const std::string& name, const std::string& origin);
+  Result<store::SnapshotRecord> takeSnapshot(store::SandboxRecord& rec, const std::string& name,
+                                             const std::string& origin) SPACE_REQUIRES(snapshot_mu_);
   static runtime::SnapshotRef refOf(const store::SnapshotRecord& s) { return {s.id, s.path, s.kind, s.size_bytes}; }
   void deleteSnapshotsOf(const std::string& sandbox_id);
   void removeOrphanSnapshots();
@@ -163,7 +166,7 @@ class Manager final : public SandboxManager {
   // The rolling history: an automatic snapshot when due, then thinning (from the reaper).
   void keepHistory(store::SandboxRecord& rec, int64_t now);
   // Deletes the automatic snapshots the policy no longer keeps (snapshot_mu_ held).
-  void thinHistory(const std::string& id, const HistoryPolicy& policy, int64_t now);
+  void thinHistory(const std::string& id, const HistoryPolicy& policy, int64_t now) SPACE_REQUIRES(snapshot_mu_);
   // History after exec: a snapshot (origin auto) when the sandbox's files changed since the last one.
   void historyLoop();
   void snapshotAfterExec(const std::string& id);
@@ -196,26 +199,48 @@ class Manager final : public SandboxManager {
   // Why a sandbox has no network, with the cause and what fixes it.
   std::string egressOffMessage() const;
   std::string noNetworkMessage(const std::string& id) const;
-  std::mutex snapshot_mu_;                         // one snapshot, rollback or fork at a time
-  std::mutex gen_mu_;                              // guards snapshot_gen_
-  std::map<std::string, SnapshotGeneration> snapshot_gen_;  // per sandbox; lost on restart (= changed)
-  std::mutex history_mu_;                          // guards history_queue_
+  // Lock order. A thread holding one of these takes only mutexes further down, never one above it:
+  //   1. pool_fill_mu_ | snapshot_mu_   outermost; never both at once. pool_fill_mu_ is held around one
+  //                                     pool start (startSandbox, then mu_ to queue it); snapshot_mu_
+  //                                     around a whole snapshot, rollback or fork (a fork starts and hands
+  //                                     over its children under it: slot_mu_, mu_, the egress gateway).
+  //   2. slot_mu_ | mu_                 never both at once. slot_mu_: the free uid slot and the row insert.
+  //                                     mu_: the in-memory maps below; held only for map work, a store read
+  //                                     (agent()) and a runtime liveness probe (takePooled), never across
+  //                                     a runtime operation or a call into the egress gateway.
+  //   3. gen_mu_, history_mu_, secret_box_mu_   leaves: nothing is taken under them.
+  //   4. below all of them: the store's connection lock, the runtimes' and the egress supervisor's own
+  //      mutexes, which never call back into the manager with a lock held.
+  // The sandbox's row is not guarded by any of these: every writer reads it, changes it and writes it
+  // whole, so two concurrent changes of one sandbox (a pause during a fork) keep the last writer's view;
+  // the operations that must not interleave (snapshot, rollback, fork, history) hold snapshot_mu_.
+  // One snapshot, rollback or fork at a time.
+  std::mutex snapshot_mu_ SPACE_ACQUIRED_BEFORE(slot_mu_, mu_, gen_mu_, secret_box_mu_);
+  std::mutex gen_mu_;
+  // Per sandbox; lost on restart (= changed).
+  std::map<std::string, SnapshotGeneration> snapshot_gen_ SPACE_GUARDED_BY(gen_mu_);
+  std::mutex history_mu_;
   std::condition_variable history_cv_;
-  std::deque<std::string> history_queue_;          // sandboxes whose exec finished, oldest first
+  // Sandboxes whose exec finished, oldest first.
+  std::deque<std::string> history_queue_ SPACE_GUARDED_BY(history_mu_);
   std::thread history_thread_;
   std::mutex secret_box_mu_;
-  std::optional<store::SecretBox> secret_box_;
+  std::optional<store::SecretBox> secret_box_ SPACE_GUARDED_BY(secret_box_mu_);
 
-  std::mutex mu_;                                  // guards live_, pool_, starting_slots_
-  std::map<std::string, runtime::Instance> live_;  // every running sandbox (pooled or handed out)
-  std::map<std::string, std::deque<Started>> pool_;
-  std::set<std::string> busy_;                     // sandboxes in a rollback: the reaper leaves them alone
-  std::map<std::string, int64_t> last_used_;       // last API use per sandbox (auto-pause), in unix ms
+  std::mutex mu_;
+  // Every running sandbox (pooled or handed out).
+  std::map<std::string, runtime::Instance> live_ SPACE_GUARDED_BY(mu_);
+  std::map<std::string, std::deque<Started>> pool_ SPACE_GUARDED_BY(mu_);
+  // Sandboxes in a rollback: the reaper leaves them alone.
+  std::set<std::string> busy_ SPACE_GUARDED_BY(mu_);
+  // Last API use per sandbox (auto-pause), in unix ms.
+  std::map<std::string, int64_t> last_used_ SPACE_GUARDED_BY(mu_);
   std::mutex slot_mu_;                             // serialises uid slot choice with the row insert
-  std::condition_variable pool_cv_;
+  std::condition_variable pool_cv_;                // waits on mu_
   std::atomic<bool> stopping_{false};
   std::atomic<bool> draining_{false};
-  std::mutex pool_fill_mu_;                        // held by the pool filler around one start; drain waits on it
+  // Held by the pool filler around one start; drain waits on it.
+  std::mutex pool_fill_mu_ SPACE_ACQUIRED_BEFORE(slot_mu_, mu_);
   std::atomic<int64_t> last_take_ms_{0};          // when a create last took a pooled sandbox
   std::thread pool_thread_;
   std::thread reaper_thread_;

@@ -34,11 +34,11 @@ Status Manager::reconcile() {
   for (auto& rec : records) {
     known.insert(rec.id);
     runtime::PersistedInstance persisted{rec.id, rec.runtime, rec.persisted};
-    if (rec.state == "running" || rec.state == "paused") {
+    if (rec.state == SandboxState::kRunning || rec.state == SandboxState::kPaused) {
       // A frozen agent cannot answer the handshake: thaw every sandbox for the reconnect (a running one
       // may have been frozen, or its VM stopped, by a snapshot when spaced died), then pause the paused
       // ones again. A pooled VM stays parked (stopped until a create takes it).
-      bool paused = rec.state == "paused";
+      bool paused = rec.state == SandboxState::kPaused;
       bool parked = rec.pooled && rec.persisted.value("parked", false);
       if (rec.pooled) {
         if (std::string why = poolMismatch(rec); !why.empty()) {
@@ -63,9 +63,8 @@ Status Manager::reconcile() {
       }
       if (inst) {
         spdlog::info("reconcile: reattached sandbox {}", rec.id);
-        if (rec.spec.contains("rolling_back")) {  // spaced died before the rollback stopped anything
-          rec.spec.erase("rolling_back");
-          rec.spec.erase("rolling_back_after");
+        if (rec.pending.op == PendingOp::kRollingBack) {  // spaced died before the rollback stopped anything
+          rec.pending = {};
           (void)store_->updateSandbox(rec);
         }
         std::lock_guard lock(mu_);
@@ -73,7 +72,7 @@ Status Manager::reconcile() {
         if (rec.pooled) pool_[poolKey(rec.runtime, rec.template_name)].push_back(Started{rec, *inst});
         continue;
       }
-      if (rec.spec.contains("rolling_back")) {
+      if (rec.pending.op == PendingOp::kRollingBack) {
         spdlog::warn("reconcile: finishing the interrupted rollback of sandbox {}", rec.id);
         auto restarted = finishRollback(rec);
         if (restarted) {
@@ -82,8 +81,7 @@ Status Manager::reconcile() {
           continue;
         }
         inst = tl::unexpected(restarted.error().context("finish rollback"));
-        rec.spec.erase("rolling_back");
-        rec.spec.erase("rolling_back_after");
+        rec.pending = {};
       }
       spdlog::warn("reconcile: sandbox {} is gone: {}", rec.id, inst.error().message);
       if (auto st = runtimeFor(rec.runtime).destroy(persisted); !st)
@@ -92,13 +90,13 @@ Status Manager::reconcile() {
         (void)store_->deleteSandbox(rec.id);
         continue;
       }
-      rec.state = "failed";
+      enter(rec, transitionOf(rec, LifecycleEvent::kDie).value());
       rec.error = "the sandbox died while spaced was not running: " + inst.error().message;
       (void)store_->updateSandbox(rec);
       counters_.failed_sandboxes++;
-    } else if (rec.state == "starting" || rec.state == "deleting") {
+    } else if (rec.state == SandboxState::kStarting || rec.state == SandboxState::kDeleting) {
       // Interrupted half-way: finish the job.
-      spdlog::info("reconcile: finishing interrupted {} of sandbox {}", rec.state, rec.id);
+      spdlog::info("reconcile: finishing interrupted {} of sandbox {}", store::toString(rec.state), rec.id);
       if (auto st = runtimeFor(rec.runtime).destroy(persisted); !st)
         spdlog::error("reconcile: clean sandbox {}: {}", rec.id, st.error().message);
       (void)store_->deleteSandbox(rec.id);
@@ -155,18 +153,19 @@ void Manager::reapOnce() {
   int64_t now = nowUnixMs();
   for (auto& rec : *records) {
     if (stopping_) return;
-    if (rec.expires_ms && rec.expires_ms <= now && rec.state != "deleting") {
+    auto expiry = transition(lifecycleOf(rec), LifecycleEvent::kExpire);
+    if (rec.expires_ms && rec.expires_ms <= now && expiry && expiry->action == Transition::Action::kApply) {
       spdlog::info("reaper: sandbox {} reached its TTL", rec.id);
       if (auto st = destroyRecord(rec); st) counters_.reaped_ttl++;
       continue;
     }
-    if (rec.state == "paused" && config_.max_paused_s > 0 && pausedAtMs(rec) &&
+    if (rec.state == SandboxState::kPaused && config_.max_paused_s > 0 && pausedAtMs(rec) &&
         now - pausedAtMs(rec) >= config_.max_paused_s * 1000) {
       spdlog::info("reaper: sandbox {} stayed paused longer than max_paused_s ({} s)", rec.id, config_.max_paused_s);
       if (auto st = destroyRecord(rec); st) counters_.reaped_paused++;
       continue;
     }
-    if (rec.state != "running") continue;
+    if (rec.state != SandboxState::kRunning) continue;  // only a running sandbox's agent is watched
     std::shared_ptr<agent::AgentClient> client;
     {
       std::lock_guard lock(mu_);
@@ -176,7 +175,7 @@ void Manager::reapOnce() {
     }
     keepHistory(rec, now);
     autoPause(rec, now);
-    if (rec.state != "running") continue;
+    if (rec.state != SandboxState::kRunning) continue;
     if (client && client->alive()) continue;
     runtime::PersistedInstance persisted{rec.id, rec.runtime, rec.persisted};
     auto inst = runtimeFor(rec.runtime).reattach(persisted);
@@ -191,7 +190,7 @@ void Manager::reapOnce() {
       live_.erase(rec.id);
     }
     (void)runtimeFor(rec.runtime).destroy(persisted);
-    rec.state = "failed";
+    enter(rec, transitionOf(rec, LifecycleEvent::kDie).value());
     rec.error = "the sandbox's agent exited: " + inst.error().message;
     (void)store_->updateSandbox(rec);
     counters_.failed_sandboxes++;
@@ -208,6 +207,8 @@ void Manager::autoPause(store::SandboxRecord& rec, int64_t now) {
     last = it->second;
   }
   if (now - last < idle_s * 1000) return;
+  auto idle = transitionOf(rec, LifecycleEvent::kIdlePause);
+  if (!idle) return;
   runtime::Runtime& rt = runtimeFor(rec.runtime);
   if (!rt.capabilities().pause) return;
   runtime::Instance inst = instanceOf(rec);
@@ -215,12 +216,12 @@ void Manager::autoPause(store::SandboxRecord& rec, int64_t now) {
     spdlog::warn("auto-pause {}: {}", rec.id, st.error().message);
     return;
   }
-  rec.state = "paused";
-  rec.spec["auto_paused"] = true;
+  const Lifecycle before = lifecycleOf(rec);
+  enter(rec, *idle);
   stopTtlClock(rec, now);
   if (auto st = store_->updateSandbox(rec); !st) {
     (void)rt.resume(inst);
-    rec.state = "running";
+    enter(rec, before);  // still running, as the failed write left it
     startTtlClock(rec, now);
     return;
   }

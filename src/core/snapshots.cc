@@ -118,14 +118,13 @@ Result<store::SnapshotRecord> Manager::findSnapshot(const std::string& sandbox_i
 
 Result<store::SnapshotRecord> Manager::takeSnapshot(store::SandboxRecord& rec, const std::string& name,
                                                    const std::string& origin) {
-  if (rec.state != "running" && rec.state != "paused")
-    return makeError(ErrorKind::kConflict, "sandbox {} is {}, not running or paused", rec.id, rec.state);
+  TRY(transitionOf(rec, LifecycleEvent::kSnapshot));
   runtime::Runtime& rt = runtimeFor(rec.runtime);
   auto caps = rt.capabilities();
   if (!caps.snapshot_filesystem && !caps.snapshot_memory)
     return makeError(ErrorKind::kUnsupported, "snapshots are not supported by the {} runtime yet", rec.runtime);
   runtime::Instance inst = instanceOf(rec);
-  inst.persisted.state["paused"] = rec.state == "paused";
+  markPausedForRuntime(inst.persisted.state, rec.state == SandboxState::kPaused);
   auto kind = caps.snapshot_memory ? runtime::SnapshotKind::kFull : runtime::SnapshotKind::kFilesystem;
   // Read before the snapshot: a write between the two then counts as a change (one snapshot too many),
   // never the other way round.
@@ -230,7 +229,7 @@ void Manager::keepHistory(store::SandboxRecord& rec, int64_t now) {
     if (s.origin == "auto") newest = std::max(newest, s.created_ms);
   if (snapshotDue(*policy, newest, now)) {
     auto fresh = store_->getSandbox(rec.id);  // the state may have changed since the reaper listed it
-    if (!fresh || (fresh->state != "running" && fresh->state != "paused")) return;
+    if (!fresh || !allows(*fresh, LifecycleEvent::kSnapshot)) return;
     auto taken = takeSnapshot(*fresh, "", "auto");
     if (!taken) {
       spdlog::warn("history: snapshot of {}: {}", rec.id, taken.error().message);
@@ -282,7 +281,7 @@ void Manager::snapshotAfterExec(const std::string& id) {
   if (!policy || !policy->after_exec) return;
   std::lock_guard op(snapshot_mu_);
   rec = store_->getSandbox(id);  // the state may have changed while waiting for the lock
-  if (!rec || (rec->state != "running" && rec->state != "paused")) return;
+  if (!rec || !allows(*rec, LifecycleEvent::kSnapshot)) return;
   runtime::Runtime& rt = runtimeFor(rec->runtime);
   auto generation = rt.writeGeneration({rec->id, rec->runtime, rec->persisted});
   if (generation) {
@@ -308,8 +307,7 @@ Result<SandboxView> Manager::rollback(const std::string& id, const std::string& 
   std::lock_guard op(snapshot_mu_);
   ASSIGN_OR_RETURN(store::SandboxRecord rec, store_->getSandbox(id));
   if (rec.pooled) return notFoundError("sandbox", "sandbox {} not found", id);
-  if (rec.state != "running" && rec.state != "paused")
-    return makeError(ErrorKind::kConflict, "sandbox {} is {}, not running or paused", id, rec.state);
+  ASSIGN_OR_RETURN(Transition restored, transitionOf(rec, LifecycleEvent::kRollback));
   ASSIGN_OR_RETURN(store::SnapshotRecord snap, findSnapshot(id, snapshot));
   runtime::Runtime& rt = runtimeFor(rec.runtime);
   ASSIGN_OR_RETURN(auto env, userEnv(rec));
@@ -325,13 +323,11 @@ Result<SandboxView> Manager::rollback(const std::string& id, const std::string& 
   TRY(checkGenerations(rec, inst, after));
   // Written before any process stops: a spaced killed in the middle finishes the rollback at its next
   // start (finishRollback) instead of finding the sandbox dead.
-  rec.spec["rolling_back"] = snap.id;
-  rec.spec["rolling_back_after"] = afterRestoreJson(after);
+  rec.pending = {PendingOp::kRollingBack, nowUnixMs(), snap.id, afterRestoreJson(after)};
   TRY(store_->updateSandbox(rec));
   Defer unmark([&] {
-    if (!rec.spec.contains("rolling_back")) return;
-    rec.spec.erase("rolling_back");
-    rec.spec.erase("rolling_back_after");
+    if (rec.pending.op != PendingOp::kRollingBack) return;
+    rec.pending = {};
     (void)store_->updateSandbox(rec);
   });
   {
@@ -346,9 +342,8 @@ Result<SandboxView> Manager::rollback(const std::string& id, const std::string& 
   if (!next) {
     // The runtime leaves the sandbox as it was unless its processes were already stopped.
     if (!inst.agent || !rt.alive(inst)) {
-      rec.spec.erase("rolling_back");
-      rec.spec.erase("rolling_back_after");
-      rec.state = "failed";
+      rec.pending = {};
+      enter(rec, transitionOf(rec, LifecycleEvent::kDie).value());
       rec.error = "rollback failed: " + next.error().message;
       (void)store_->updateSandbox(rec);
       std::lock_guard lock(mu_);
@@ -363,11 +358,9 @@ Result<SandboxView> Manager::rollback(const std::string& id, const std::string& 
     TRY(next->agent->setIdentity(identity));
   }
   rec.persisted = next->persisted.state;
-  rec.state = "running";
-  rec.spec.erase("auto_paused");
+  enter(rec, restored);
+  rec.pending = {};
   startTtlClock(rec, nowUnixMs());
-  rec.spec.erase("rolling_back");
-  rec.spec.erase("rolling_back_after");
   TRY(store_->updateSandbox(rec));
   {
     // The files are the snapshot's again: the history holds them, until the next write.
@@ -386,7 +379,8 @@ Result<SandboxView> Manager::rollback(const std::string& id, const std::string& 
 }
 
 Result<runtime::Instance> Manager::finishRollback(store::SandboxRecord& rec) {
-  std::string snap_id = rec.spec.value("rolling_back", std::string());
+  ASSIGN_OR_RETURN(Transition restored, transitionOf(rec, LifecycleEvent::kRollback));
+  std::string snap_id = rec.pending.snapshot_id;
   uint32_t files_uid = 0;
   if (auto snap = store_->getSnapshot(snap_id)) {
     std::ifstream in(snap->path + "/snapshot.json");
@@ -412,14 +406,12 @@ Result<runtime::Instance> Manager::finishRollback(store::SandboxRecord& rec) {
   if (!env.empty() || rec.runtime == "vm") {
     agent::Identity identity;
     identity.env = env;
-    if (rec.runtime == "vm")
-      renewGuestIdentity(identity, rec.id, afterRestoreFrom(rec.spec.value("rolling_back_after", nlohmann::json())));
+    if (rec.runtime == "vm") renewGuestIdentity(identity, rec.id, afterRestoreFrom(rec.pending.after_restore));
     TRY(inst.agent->setIdentity(identity));
   }
   rec.persisted = inst.persisted.state;
-  rec.spec.erase("rolling_back");
-  rec.spec.erase("rolling_back_after");
-  rec.state = "running";
+  rec.pending = {};
+  enter(rec, restored);
   startTtlClock(rec, nowUnixMs());
   TRY(store_->updateSandbox(rec));
   return inst;
@@ -429,8 +421,8 @@ void Manager::removeInterruptedForks() {
   auto all = store_->listSandboxes({});
   if (!all) return;
   for (auto& parent : *all) {
-    if (!parent.spec.contains("forking_since_ms")) continue;
-    int64_t since = parent.spec["forking_since_ms"].get<int64_t>();
+    if (parent.pending.op != PendingOp::kForking) continue;
+    int64_t since = parent.pending.since_ms;
     for (const auto& child : *all) {
       auto it = child.labels.find("space.fork_of");
       if (it == child.labels.end() || it->second != parent.id || child.created_ms < since) continue;
@@ -438,7 +430,7 @@ void Manager::removeInterruptedForks() {
       if (auto st = destroyRecord(child); !st)
         spdlog::error("reconcile: remove {}: {}", child.id, st.error().message);
     }
-    parent.spec.erase("forking_since_ms");
+    parent.pending = {};
     (void)store_->updateSandbox(parent);
   }
 }
@@ -491,11 +483,11 @@ Result<ForkResult> Manager::fork(const ForkSandbox& cmd) {
   runtime::SnapshotRef ref = refOf(out.snapshot);
   // All or nothing across a crash too: children made after this mark are removed at the next start
   // unless the fork finished (removeInterruptedForks).
-  rec.spec["forking_since_ms"] = nowUnixMs();
+  rec.pending = {.op = PendingOp::kForking, .since_ms = nowUnixMs()};
   TRY(store_->updateSandbox(rec));
   Defer unmark([&] {
-    if (auto fresh = store_->getSandbox(rec.id)) {
-      fresh->spec.erase("forking_since_ms");
+    if (auto fresh = store_->getSandbox(rec.id); fresh && fresh->pending.op == PendingOp::kForking) {
+      fresh->pending = {};
       (void)store_->updateSandbox(*fresh);
     }
   });

@@ -53,9 +53,9 @@ namespace space::core {
 Result<SandboxView> Manager::setTtl(const std::string& id, const SetTtl& cmd) {
   ASSIGN_OR_RETURN(store::SandboxRecord rec, store_->getSandbox(id));
   if (rec.pooled) return notFoundError("sandbox", "sandbox {} not found", id);
-  if (rec.state != "running" && rec.state != "paused")
+  if (rec.state != store::SandboxState::kRunning && rec.state != store::SandboxState::kPaused)
     return makeError(ErrorKind::kConflict, "sandbox {} is {}: only a running or paused sandbox has a TTL to change", id,
-                     rec.state);
+                     store::toString(rec.state));
   int64_t now = nowUnixMs();
   int64_t ttl_s = 0;
   if (cmd.add_s) {

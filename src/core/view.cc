@@ -13,7 +13,7 @@ nlohmann::json SandboxView::toJson() const {
       {"id", r.id},
       {"template", r.template_name},
       {"template_id", r.template_id},
-      {"state", r.state},
+      {"state", std::string(store::toString(r.state))},
       {"isolation", r.runtime},
       {"labels", r.labels},
       {"created_at", isoTimeMs(r.created_ms)},
@@ -31,7 +31,7 @@ nlohmann::json SandboxView::toJson() const {
   if (auto left = ttlLeftMs(r, nowUnixMs())) j["ttl_remaining_s"] = *left / 1000;
   if (!r.error.empty()) j["error"] = r.error;
   if (r.spec.contains("idle_pause_s")) j["idle_pause_s"] = r.spec["idle_pause_s"];
-  if (r.state == "paused") j["auto_paused"] = r.spec.value("auto_paused", false);
+  if (r.state == SandboxState::kPaused) j["auto_paused"] = r.auto_paused;
   if (usage) {
     j["usage"] = {{"memory_bytes", usage->memory_bytes},
                   {"cpu_seconds", usage->cpu_usage_ns / 1e9},
@@ -46,7 +46,7 @@ SandboxView Manager::viewOf(const store::SandboxRecord& record, bool with_usage)
   SandboxView v;
   v.record = record;
   v.capabilities = runtimeFor(record.runtime).capabilities();
-  if (with_usage && record.state == "running") {
+  if (with_usage && record.state == SandboxState::kRunning) {
     auto u = runtimeFor(record.runtime).usage(runtime::PersistedInstance{record.id, record.runtime, record.persisted});
     if (u) v.usage = *u;
   }
@@ -55,13 +55,13 @@ SandboxView Manager::viewOf(const store::SandboxRecord& record, bool with_usage)
 
 std::string Manager::metricsText() {
   std::string out;
-  std::map<std::string, int> by_state;
+  std::map<SandboxState, int> by_state;
   if (auto records = store_->listSandboxes({})) {
     for (auto& r : *records) by_state[r.state]++;
   }
   out += "# TYPE space_sandboxes gauge\n";
-  for (const char* s : {"starting", "running", "paused", "failed", "deleting"})
-    out += fmt::format("space_sandboxes{{state=\"{}\"}} {}\n", s, by_state[s]);
+  for (SandboxState s : store::kSandboxStates)
+    out += fmt::format("space_sandboxes{{state=\"{}\"}} {}\n", store::toString(s), by_state[s]);
   out += "# TYPE space_pool_ready gauge\n";
   {
     std::lock_guard lock(mu_);

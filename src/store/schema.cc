@@ -8,7 +8,7 @@ namespace space::store {
 namespace {
 
 // Append only: a released migration never changes, because databases in the field have already run it.
-constexpr std::array<std::string_view, 4> kMigrations = {
+constexpr std::array<std::string_view, 5> kMigrations = {
     // 1: templates, sandboxes, API keys.
     R"sql(
 CREATE TABLE templates (
@@ -82,6 +82,27 @@ CREATE INDEX snapshots_by_sandbox ON snapshots(sandbox_id, created_ms);
 ALTER TABLE secrets ADD COLUMN methods TEXT NOT NULL DEFAULT '[]';        -- JSON array; [] = any
 ALTER TABLE secrets ADD COLUMN path_prefixes TEXT NOT NULL DEFAULT '[]';  -- JSON array; [] = any
 )sql",
+    // 5: the operation in flight on a sandbox, and its idle-pause flag, in columns of their own
+    // (store/sandbox_state.h) instead of keys of the spec. A row holds at most one of the two operations
+    // (both run under the manager's snapshot lock and clear their mark before releasing it).
+    R"sql(
+ALTER TABLE sandboxes ADD COLUMN auto_paused INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE sandboxes ADD COLUMN pending_op TEXT NOT NULL DEFAULT '';               -- '' | 'rolling_back' | 'forking'
+ALTER TABLE sandboxes ADD COLUMN pending_since_ms INTEGER NOT NULL DEFAULT 0;       -- 0: unknown
+ALTER TABLE sandboxes ADD COLUMN pending_snapshot TEXT NOT NULL DEFAULT '';         -- rolling_back: its snapshot
+ALTER TABLE sandboxes ADD COLUMN pending_after_restore TEXT NOT NULL DEFAULT '{}';  -- rolling_back: JSON
+UPDATE sandboxes SET auto_paused = 1 WHERE json_extract(spec, '$.auto_paused') = 1;
+UPDATE sandboxes SET pending_op = 'forking', pending_since_ms = json_extract(spec, '$.forking_since_ms')
+  WHERE json_type(spec, '$.forking_since_ms') = 'integer';
+UPDATE sandboxes SET pending_op = 'rolling_back', pending_since_ms = 0,
+                     pending_snapshot = json_extract(spec, '$.rolling_back'),
+                     pending_after_restore = COALESCE(json_extract(spec, '$.rolling_back_after'), '{}')
+  WHERE json_type(spec, '$.rolling_back') = 'text';
+UPDATE sandboxes SET spec = json_remove(spec, '$.auto_paused', '$.forking_since_ms', '$.rolling_back',
+                                        '$.rolling_back_after')
+  WHERE json_type(spec, '$.auto_paused') IS NOT NULL OR json_type(spec, '$.forking_since_ms') IS NOT NULL
+     OR json_type(spec, '$.rolling_back') IS NOT NULL OR json_type(spec, '$.rolling_back_after') IS NOT NULL;
+)sql",
 };
 
 int64_t nowMs() {
@@ -99,7 +120,12 @@ Result<int> schemaVersion(sql::Db& db) {
   return row ? static_cast<int>(stmt.columnInt(0)) : 0;
 }
 
-Status migrate(sql::Db& db) {
+Status migrate(sql::Db& db) { return migrateTo(db, latestSchemaVersion()); }
+
+Status migrateTo(sql::Db& db, int target) {
+  if (target < 0 || target > latestSchemaVersion())
+    return makeError(ErrorKind::kInvalidArgument, "no schema version {} (this build knows 0 to {})", target,
+                     latestSchemaVersion());
   auto lock = db.lock();
   TRY(db.exec("CREATE TABLE IF NOT EXISTS schema_version (version INTEGER PRIMARY KEY, applied_ms INTEGER NOT NULL)"));
   for (;;) {
@@ -111,7 +137,7 @@ Status migrate(sql::Db& db) {
       return makeError(ErrorKind::kUnsupported, "database schema version {} is newer than this build ({})", version,
                        latestSchemaVersion());
     }
-    if (version == latestSchemaVersion()) return ok();
+    if (version >= target) return ok();
     int next = version + 1;
     auto applied = db.exec(kMigrations[next - 1]);
     if (!applied) return tl::unexpected(applied.error().context(fmt::format("schema migration {}", next)));

@@ -14,6 +14,10 @@ int latestSchemaVersion();
 // Brings the database up to latestSchemaVersion(); a no-op when it is already there.
 Status migrate(sql::Db& db);
 
+// Brings the database up to `version` and no further (a database already past it is left alone): how a
+// test builds a database as an older release left it.
+Status migrateTo(sql::Db& db, int version);
+
 // The version recorded in the database (0 for a fresh file).
 Result<int> schemaVersion(sql::Db& db);
 

@@ -59,14 +59,17 @@ Result<TemplateRecord> readTemplate(const sql::Statement& row) {
 
 constexpr const char* kSandboxColumns =
     "id, template_name, template_id, state, runtime, spec, labels, uid_slot, created_ms, expires_ms, persisted, "
-    "error, pooled";
+    "error, pooled, auto_paused, pending_op, pending_since_ms, pending_snapshot, pending_after_restore";
 
 Result<SandboxRecord> readSandbox(const sql::Statement& row) {
   SandboxRecord s;
   s.id = row.columnText(0);
   s.template_name = row.columnText(1);
   s.template_id = row.columnText(2);
-  s.state = row.columnText(3);
+  std::string state = row.columnText(3);
+  auto parsed_state = parseSandboxState(state);
+  if (!parsed_state) return makeError(ErrorKind::kInternal, "sandbox {} has an unknown state '{}'", s.id, state);
+  s.state = *parsed_state;
   s.runtime = row.columnText(4);
   ASSIGN_OR_RETURN(s.spec, parseJson(row.columnText(5), "sandbox spec"));
   ASSIGN_OR_RETURN(s.labels, parseLabels(row.columnText(6)));
@@ -76,6 +79,14 @@ Result<SandboxRecord> readSandbox(const sql::Statement& row) {
   ASSIGN_OR_RETURN(s.persisted, parseJson(row.columnText(10), "sandbox persisted state"));
   s.error = row.columnText(11);
   s.pooled = row.columnInt(12) != 0;
+  s.auto_paused = row.columnInt(13) != 0;
+  std::string op = row.columnText(14);
+  auto parsed_op = parsePendingOp(op);
+  if (!parsed_op) return makeError(ErrorKind::kInternal, "sandbox {} has an unknown pending operation '{}'", s.id, op);
+  s.pending.op = *parsed_op;
+  s.pending.since_ms = row.columnInt(15);
+  s.pending.snapshot_id = row.columnText(16);
+  ASSIGN_OR_RETURN(s.pending.after_restore, parseJson(row.columnText(17), "sandbox pending operation"));
   return s;
 }
 
@@ -88,7 +99,7 @@ Status bindSandboxFields(sql::Statement& stmt, int first, const SandboxRecord& s
   int i = first;
   TRY(stmt.bind(i++, s.template_name));
   TRY(stmt.bind(i++, s.template_id));
-  TRY(stmt.bind(i++, s.state));
+  TRY(stmt.bind(i++, toString(s.state)));
   TRY(stmt.bind(i++, s.runtime));
   TRY(stmt.bind(i++, dumpJson(s.spec)));
   TRY(stmt.bind(i++, dumpJson(labels)));
@@ -98,6 +109,11 @@ Status bindSandboxFields(sql::Statement& stmt, int first, const SandboxRecord& s
   TRY(stmt.bind(i++, dumpJson(s.persisted)));
   TRY(stmt.bind(i++, s.error));
   TRY(stmt.bind(i++, s.pooled));
+  TRY(stmt.bind(i++, s.auto_paused));
+  TRY(stmt.bind(i++, toString(s.pending.op)));
+  TRY(stmt.bind(i++, s.pending.since_ms));
+  TRY(stmt.bind(i++, s.pending.snapshot_id));
+  TRY(stmt.bind(i++, dumpJson(s.pending.after_restore)));
   return ok();
 }
 
@@ -212,12 +228,13 @@ class SqliteStore final : public Store {
   Status updateSandbox(const SandboxRecord& s) override {
     auto lock = db_.lock();
     auto r = [&]() -> Status {
-      ASSIGN_OR_RETURN(auto stmt,
-                       db_.prepare("UPDATE sandboxes SET template_name = ?, template_id = ?, state = ?, runtime = ?, "
-                                   "spec = ?, labels = ?, uid_slot = ?, created_ms = ?, expires_ms = ?, "
-                                   "persisted = ?, error = ?, pooled = ? WHERE id = ?"));
+      ASSIGN_OR_RETURN(
+          auto stmt, db_.prepare("UPDATE sandboxes SET template_name = ?, template_id = ?, state = ?, runtime = ?, "
+                                 "spec = ?, labels = ?, uid_slot = ?, created_ms = ?, expires_ms = ?, "
+                                 "persisted = ?, error = ?, pooled = ?, auto_paused = ?, pending_op = ?, "
+                                 "pending_since_ms = ?, pending_snapshot = ?, pending_after_restore = ? WHERE id = ?"));
       TRY(bindSandboxFields(stmt, 1, s));
-      TRY(stmt.bind(13, s.id));
+      TRY(stmt.bind(18, s.id));
       TRY(stmt.run());
       if (db_.changes() == 0) return notFoundError("sandbox", "no sandbox {}", s.id);
       return ok();
@@ -250,7 +267,7 @@ class SqliteStore final : public Store {
       query += " ORDER BY created_ms, id";
       ASSIGN_OR_RETURN(auto stmt, db_.prepare(query));
       int i = 1;
-      if (filter.state) TRY(stmt.bind(i++, *filter.state));
+      if (filter.state) TRY(stmt.bind(i++, toString(*filter.state)));
       for (const auto& [k, v] : filter.labels) {
         TRY(stmt.bind(i++, k));
         TRY(stmt.bind(i++, v));
@@ -486,7 +503,7 @@ class SqliteStore final : public Store {
 
   Status insertSandboxLocked(const SandboxRecord& s) {
     ASSIGN_OR_RETURN(auto stmt, db_.prepare(fmt::format("INSERT INTO sandboxes ({}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, "
-                                                        "?, ?, ?, ?, ?)",
+                                                        "?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                                                         kSandboxColumns)));
     TRY(stmt.bind(1, s.id));
     TRY(bindSandboxFields(stmt, 2, s));

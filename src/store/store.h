@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "common/result.h"
+#include "store/sandbox_state.h"
 
 namespace space::store {
 
@@ -28,7 +29,7 @@ struct SandboxRecord {
   std::string id;
   std::string template_name;
   std::string template_id;
-  std::string state;          // "starting" | "running" | "paused" | "stopped" | "failed" | "deleting"
+  SandboxState state = SandboxState::kStarting;
   std::string runtime;        // "jail" | "vm"
   nlohmann::json spec;        // limits, env, timeout: what create asked for
   std::map<std::string, std::string> labels;
@@ -38,6 +39,10 @@ struct SandboxRecord {
   nlohmann::json persisted;   // runtime::PersistedInstance::state
   std::string error;          // why it failed
   bool pooled = false;        // true while it waits in the pool, not yet handed out
+  // Paused for being idle (not by its owner): the next use wakes it. A qualifier of kPaused, not an
+  // operation: nothing is in flight while it is set.
+  bool auto_paused = false;
+  PendingOperation pending;  // the multi-step operation in flight on it, if any
 };
 
 struct ApiKeyRecord {
@@ -73,7 +78,7 @@ struct SnapshotRecord {
 
 struct SandboxFilter {
   std::map<std::string, std::string> labels;  // all must match
-  std::optional<std::string> state;
+  std::optional<SandboxState> state;
   bool include_pooled = false;
 };
 

@@ -215,7 +215,7 @@ class FakeManager : public core::SandboxManager {
     last_create = cmd;
     core::SandboxView v;
     v.record.id = "sb-" + std::to_string(++next_id);
-    v.record.state = "running";
+    v.record.state = store::SandboxState::kRunning;
     v.record.labels = cmd.labels;
     sandboxes[v.record.id] = v;
     return v;

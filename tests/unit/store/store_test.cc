@@ -46,7 +46,7 @@ class StoreTest : public ::testing::Test {
     s.id = std::move(id);
     s.template_name = "base";
     s.template_id = "sha256:aa";
-    s.state = "running";
+    s.state = SandboxState::kRunning;
     s.runtime = "jail";
     s.spec = {{"memory", 1 << 20}};
     s.labels = std::move(labels);
@@ -143,10 +143,10 @@ TEST_F(StoreTest, SandboxCrud) {
   EXPECT_EQ(got->error, "none");
   EXPECT_FALSE(got->pooled);
 
-  got->state = "paused";
+  got->state = SandboxState::kPaused;
   got->labels["env"] = "dev";
   ASSERT_TRUE(store_->updateSandbox(*got));
-  EXPECT_EQ(store_->getSandbox("sb-1")->state, "paused");
+  EXPECT_EQ(store_->getSandbox("sb-1")->state, SandboxState::kPaused);
   EXPECT_EQ(store_->getSandbox("sb-1")->labels.size(), 2u);
   EXPECT_EQ(store_->updateSandbox(sandbox("sb-404", 3)).error().kind, ErrorKind::kNotFound);
 
@@ -161,7 +161,7 @@ TEST_F(StoreTest, ListFiltersByLabelsStateAndPool) {
   ASSERT_TRUE(store_->insertSandbox(sandbox("sb-1", 0, {{"team", "a"}, {"env", "dev"}})));
   ASSERT_TRUE(store_->insertSandbox(sandbox("sb-2", 1, {{"team", "a"}, {"env", "prod"}})));
   auto paused = sandbox("sb-3", 2, {{"team", "b"}, {"odd key \"'.$[", "v"}});
-  paused.state = "paused";
+  paused.state = SandboxState::kPaused;
   ASSERT_TRUE(store_->insertSandbox(paused));
   auto pooled = sandbox("sb-4", 3, {{"team", "a"}});
   pooled.pooled = true;
@@ -181,8 +181,9 @@ TEST_F(StoreTest, ListFiltersByLabelsStateAndPool) {
   EXPECT_EQ(ids({.labels = {{"team", "a"}, {"env", "prod"}}}), (V{"sb-2"}));
   EXPECT_EQ(ids({.labels = {{"team", "a"}, {"env", "none"}}}), V{});
   EXPECT_EQ(ids({.labels = {{"odd key \"'.$[", "v"}}}), (V{"sb-3"}));
-  EXPECT_EQ(ids({.state = "paused"}), (V{"sb-3"}));
-  EXPECT_EQ(ids({.labels = {{"team", "a"}}, .state = "running", .include_pooled = true}), (V{"sb-1", "sb-2", "sb-4"}));
+  EXPECT_EQ(ids({.state = SandboxState::kPaused}), (V{"sb-3"}));
+  EXPECT_EQ(ids({.labels = {{"team", "a"}}, .state = SandboxState::kRunning, .include_pooled = true}),
+            (V{"sb-1", "sb-2", "sb-4"}));
 }
 
 TEST_F(StoreTest, UidSlotsAreUniqueAndReused) {
@@ -331,6 +332,137 @@ TEST_F(StoreTest, WrittenRecordSurvivesReopen) {
   EXPECT_EQ(s->uid_slot, 4);
   EXPECT_TRUE(store_->getTemplate("base"));
   EXPECT_TRUE(store_->verifyApiKey(key->second));
+}
+
+TEST_F(StoreTest, LifecycleFieldsSurviveReopen) {
+  auto s = sandbox("sb-1", 0);
+  s.state = SandboxState::kPaused;
+  s.auto_paused = true;
+  ASSERT_TRUE(store_->insertSandbox(s));
+  auto fork = sandbox("sb-2", 1);
+  fork.pending = {.op = PendingOp::kForking, .since_ms = 1234};
+  ASSERT_TRUE(store_->insertSandbox(fork));
+  auto rolling = sandbox("sb-3", 2);
+  ASSERT_TRUE(store_->insertSandbox(rolling));
+  rolling.pending = {PendingOp::kRollingBack, 99, "snap-1", {{"processes", "kill"}, {"signal", 9}}};
+  ASSERT_TRUE(store_->updateSandbox(rolling));
+  reopen();
+
+  auto paused = store_->getSandbox("sb-1");
+  ASSERT_TRUE(paused) << paused.error().message;
+  EXPECT_EQ(paused->state, SandboxState::kPaused);
+  EXPECT_TRUE(paused->auto_paused);
+  EXPECT_EQ(paused->pending.op, PendingOp::kNone);
+  auto forking = store_->getSandbox("sb-2");
+  ASSERT_TRUE(forking);
+  EXPECT_FALSE(forking->auto_paused);
+  EXPECT_EQ(forking->pending.op, PendingOp::kForking);
+  EXPECT_EQ(forking->pending.since_ms, 1234);
+  auto back = store_->getSandbox("sb-3");
+  ASSERT_TRUE(back);
+  EXPECT_EQ(back->pending.op, PendingOp::kRollingBack);
+  EXPECT_EQ(back->pending.since_ms, 99);
+  EXPECT_EQ(back->pending.snapshot_id, "snap-1");
+  EXPECT_EQ(back->pending.after_restore, (nlohmann::json{{"processes", "kill"}, {"signal", 9}}));
+
+  back->pending = {};
+  ASSERT_TRUE(store_->updateSandbox(*back));
+  EXPECT_EQ(store_->getSandbox("sb-3")->pending.op, PendingOp::kNone);
+  EXPECT_EQ(store_->getSandbox("sb-3")->pending.snapshot_id, "");
+}
+
+// A database as the release before migration 5 left it: the operation in flight and the idle-pause flag
+// were keys of the spec. Opening it moves them into their columns and out of the spec.
+TEST_F(StoreTest, MigrationFiveMovesSpecKeysIntoColumns) {
+  std::string old_dir = dir_ + "/old";
+  fs::create_directory(old_dir);
+  {
+    auto db = sql::Db::open(old_dir + "/space.db");
+    ASSERT_TRUE(db) << db.error().message;
+    ASSERT_TRUE(migrateTo(*db, 4));
+    ASSERT_EQ(*schemaVersion(*db), 4);
+    auto insert = db->prepare(
+        "INSERT INTO sandboxes (id, template_name, template_id, state, runtime, spec, labels, uid_slot, created_ms, "
+        "expires_ms, persisted, error, pooled) "
+        "VALUES (?, 'base', 'sha256:aa', ?, 'jail', ?, '{}', ?, 1, 0, '{}', '', 0)");
+    ASSERT_TRUE(insert);
+    auto row = [&](const char* id, const char* state, const nlohmann::json& spec, int slot) {
+      ASSERT_TRUE(insert->bindAll(id, state, spec.dump(), slot));
+      ASSERT_TRUE(insert->run());
+      ASSERT_TRUE(insert->reset());
+    };
+    row("sb-idle", "paused", {{"ttl_s", 60}, {"auto_paused", true}, {"idle_pause_s", 5}}, 0);
+    row("sb-owner", "paused", {{"ttl_s", 60}}, 1);
+    row("sb-rolling", "running",
+        {{"ttl_s", 60}, {"rolling_back", "snap-7"}, {"rolling_back_after", {{"processes", "kill"}, {"signal", 9}}}}, 2);
+    row("sb-forking", "running", {{"ttl_s", 60}, {"forking_since_ms", 1700000000123}}, 3);
+    row("sb-old-rollback", "paused", {{"rolling_back", "snap-8"}}, 4);  // from before rolling_back_after existed
+  }
+  auto opened = Store::open(old_dir);
+  ASSERT_TRUE(opened) << opened.error().message;
+  auto& store = **opened;
+
+  auto idle = store.getSandbox("sb-idle");
+  ASSERT_TRUE(idle) << idle.error().message;
+  EXPECT_EQ(idle->state, SandboxState::kPaused);
+  EXPECT_TRUE(idle->auto_paused);
+  EXPECT_EQ(idle->pending.op, PendingOp::kNone);
+  EXPECT_EQ(idle->spec, (nlohmann::json{{"ttl_s", 60}, {"idle_pause_s", 5}}));
+
+  auto owner = store.getSandbox("sb-owner");
+  ASSERT_TRUE(owner);
+  EXPECT_FALSE(owner->auto_paused);
+  EXPECT_EQ(owner->pending.op, PendingOp::kNone);
+  EXPECT_EQ(owner->spec, (nlohmann::json{{"ttl_s", 60}}));
+
+  auto rolling = store.getSandbox("sb-rolling");
+  ASSERT_TRUE(rolling);
+  EXPECT_EQ(rolling->state, SandboxState::kRunning);
+  EXPECT_EQ(rolling->pending.op, PendingOp::kRollingBack);
+  EXPECT_EQ(rolling->pending.snapshot_id, "snap-7");
+  EXPECT_EQ(rolling->pending.after_restore, (nlohmann::json{{"processes", "kill"}, {"signal", 9}}));
+  EXPECT_EQ(rolling->pending.since_ms, 0);  // the old key had no time
+  EXPECT_EQ(rolling->spec, (nlohmann::json{{"ttl_s", 60}}));
+
+  auto forking = store.getSandbox("sb-forking");
+  ASSERT_TRUE(forking);
+  EXPECT_EQ(forking->pending.op, PendingOp::kForking);
+  EXPECT_EQ(forking->pending.since_ms, 1700000000123);
+  EXPECT_EQ(forking->pending.snapshot_id, "");
+  EXPECT_EQ(forking->spec, (nlohmann::json{{"ttl_s", 60}}));
+
+  auto old_rollback = store.getSandbox("sb-old-rollback");
+  ASSERT_TRUE(old_rollback);
+  EXPECT_EQ(old_rollback->pending.op, PendingOp::kRollingBack);
+  EXPECT_EQ(old_rollback->pending.snapshot_id, "snap-8");
+  EXPECT_EQ(old_rollback->pending.after_restore, nlohmann::json::object());
+  EXPECT_EQ(old_rollback->spec, nlohmann::json::object());
+
+  auto filtered = store.listSandboxes({.state = SandboxState::kPaused});
+  ASSERT_TRUE(filtered);
+  EXPECT_EQ(filtered->size(), 3u);
+}
+
+TEST_F(StoreTest, UnknownStateInARowIsAClearError) {
+  ASSERT_TRUE(store_->insertSandbox(sandbox("sb-1", 0)));
+  store_.reset();
+  {
+    auto db = sql::Db::open(dir_ + "/space.db");
+    ASSERT_TRUE(db);
+    ASSERT_TRUE(db->exec("UPDATE sandboxes SET state = 'hibernating' WHERE id = 'sb-1'"));
+  }
+  reopen();
+  auto got = store_->getSandbox("sb-1");
+  ASSERT_FALSE(got);
+  EXPECT_EQ(got.error().kind, ErrorKind::kInternal);
+  EXPECT_NE(got.error().message.find("sandbox sb-1 has an unknown state 'hibernating'"), std::string::npos)
+      << got.error().message;
+}
+
+TEST_F(StoreTest, MigrateToRefusesAVersionThisBuildDoesNotKnow) {
+  auto db = sql::Db::open(dir_ + "/other.db");
+  ASSERT_TRUE(db);
+  EXPECT_EQ(migrateTo(*db, latestSchemaVersion() + 1).error().kind, ErrorKind::kInvalidArgument);
 }
 
 // A process killed right after an acknowledged write: the row must be in the file (WAL) without any

@@ -289,7 +289,7 @@ TEST_F(TemplatesTest, RemoveRefusedWhileSandboxesUseTheTree) {
   sb.id = "sb-1";
   sb.template_name = t->name;
   sb.template_id = t->id;
-  sb.state = "running";
+  sb.state = SandboxState::kRunning;
   sb.runtime = "jail";
   ASSERT_TRUE(store_->insertSandbox(sb));
   auto refused = builder_->remove("busybox");
