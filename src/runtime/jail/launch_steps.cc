@@ -60,7 +60,9 @@ Status cloneLayer(HostLaunch& l) { return cloneFile(l.base_image, layerImage(l),
 Status mountLayer(HostLaunch& l) { return mountLayerDisk(l.spec.dir, layerImage(l), &l.device); }
 
 // fork: the snapshot's files move to this sandbox's uid range.
-Status shiftOwners(HostLaunch& l) { return shiftLayerOwners(l.spec.dir, l.base_uid, l.spec.uid_base, l.spec.uid_count); }
+Status shiftOwners(HostLaunch& l) {
+  return shiftLayerOwners(l.spec.dir, l.base_uid, l.spec.uid_base, l.spec.uid_count);
+}
 
 // relaunch: only a layer from another sandbox (an imported snapshot) has files of another uid range.
 Status shiftImportedOwners(HostLaunch& l) { return l.base_uid ? shiftOwners(l) : ok(); }
@@ -104,8 +106,7 @@ Status openAgentStdio(HostLaunch& l) {
 }
 
 Status spawnAgent(HostLaunch& l) {
-  ASSIGN_OR_RETURN(AgentChild child,
-                   spawnAgentChild(l.agent_fd, l.child_sync.get(), l.listen_fd.get(), l.stdio.get()));
+  ASSIGN_OR_RETURN(AgentChild child, spawnAgentChild(l.agent_fd, l.child_sync.get(), l.listen_fd.get(), l.stdio.get()));
   l.pid = child.pid;
   l.persisted.state["pid"] = child.pid;
   ASSIGN_OR_RETURN(uint64_t start_time, processStartTime(child.pid));
@@ -168,6 +169,8 @@ Status awaitReady(HostLaunch& l) {
   }
 }
 
+// One step a line: the tables read as checklists.
+// clang-format off
 constexpr LaunchStep kFreshSteps[] = {
     {"claim dir", claimSandboxDir},
     {"layer disk", createLayer},
@@ -217,6 +220,7 @@ constexpr LaunchStep kRelaunchSteps[] = {
     {"init config", sendInitConfig},
     {"handshake", awaitReady},
 };
+// clang-format on
 
 template <size_t N>
 std::vector<LaunchStep> asVector(const LaunchStep (&steps)[N]) {
@@ -225,9 +229,12 @@ std::vector<LaunchStep> asVector(const LaunchStep (&steps)[N]) {
 
 std::vector<LaunchStep> stepsOf(LaunchVariant variant) {
   switch (variant) {
-    case LaunchVariant::kFresh: return asVector(kFreshSteps);
-    case LaunchVariant::kFork: return asVector(kForkSteps);
-    case LaunchVariant::kRelaunch: return asVector(kRelaunchSteps);
+    case LaunchVariant::kFresh:
+      return asVector(kFreshSteps);
+    case LaunchVariant::kFork:
+      return asVector(kForkSteps);
+    case LaunchVariant::kRelaunch:
+      return asVector(kRelaunchSteps);
   }
   return {};
 }

@@ -36,8 +36,9 @@ struct HostLaunch {
   const std::string& seccomp_policy;
   const runtime::SandboxSpec& spec;
   runtime::PersistedInstance& persisted;  // each step records what it made, for destroy() to undo
-  std::string base_image;  // fork: the snapshot's layer image
-  uint32_t base_uid = 0;   // fork, relaunch: the uid range base the layer's files have now (0: theirs already)
+  std::string base_image;                 // fork: the snapshot's layer image
+  // fork, relaunch: the uid range base the layer's files have now (relaunch: 0 when they are this sandbox's).
+  uint32_t base_uid = 0;
 
   std::string device;  // the layer's loop device (maj:min)
   UniqueFd listen_fd, host_sync, child_sync, stdio;

@@ -167,6 +167,8 @@ bool execQemu(const VmmStubArgs& a, int&) {
   return false;  // execve returns only when it failed
 }
 
+// One step a line: the table reads as a checklist.
+// clang-format off
 constexpr NamedStubStep kSteps[] = {
     {"die with spaced", dieWithSpaced},
     {"new session", newSession},
@@ -186,6 +188,7 @@ constexpr NamedStubStep kSteps[] = {
     {"outlive spaced", outliveSpaced},
     {"execve", execQemu},  // last
 };
+// clang-format on
 constexpr int kStepCount = static_cast<int>(sizeof kSteps / sizeof kSteps[0]);
 
 [[noreturn]] void reportFailure(int report_fd, int step, int mount) {

@@ -16,10 +16,10 @@ TEST(LaunchSteps, FreshMakesItsDirLayerAndCgroupThenTheInit) {
 }
 
 TEST(LaunchSteps, ForkClonesTheSnapshotsLayerAndShiftsItsOwners) {
-  EXPECT_EQ(launchStepNames(LaunchVariant::kFork),
-            (Names{"claim dir", "clone layer", "mount layer", "shift owners", "cgroup", "agent socket", "sync channel",
-                   "agent stdio", "spawn agent", "uid map", "join cgroup", "rootfs", "network", "init config",
-                   "handshake"}));
+  EXPECT_EQ(
+      launchStepNames(LaunchVariant::kFork),
+      (Names{"claim dir", "clone layer", "mount layer", "shift owners", "cgroup", "agent socket", "sync channel",
+             "agent stdio", "spawn agent", "uid map", "join cgroup", "rootfs", "network", "init config", "handshake"}));
 }
 
 TEST(LaunchSteps, RelaunchReusesDirCgroupAndSubnet) {

@@ -64,8 +64,8 @@ TEST(VmRuntimeLaunch, HandsTheVmmItsConfinementAndTakesTheCgroupBackWhenTheLaunc
   // devices, no KVM under TCG, and its cgroup made before the launch.
   EXPECT_EQ(seen_jail.uid, spec.uid_base);
   EXPECT_EQ(seen_jail.gid, spec.uid_base);
-  EXPECT_EQ(seen_jail.read_only, (std::vector<std::string>{fs::canonical(config.kernel).string(),
-                                                           fs::canonical(config.initrd).string()}));
+  EXPECT_EQ(seen_jail.read_only,
+            (std::vector<std::string>{fs::canonical(config.kernel).string(), fs::canonical(config.initrd).string()}));
   EXPECT_EQ(seen_jail.writable, (std::vector<std::string>{config.state_dir + "/vms/" + spec.id}));
   EXPECT_EQ(seen_jail.devices, (std::vector<std::string>{"/dev/null", "/dev/urandom"}));
   EXPECT_FALSE(seen_jail.kvm);

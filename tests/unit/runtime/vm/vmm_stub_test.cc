@@ -19,11 +19,23 @@ namespace {
 namespace fs = std::filesystem;
 
 TEST(VmmStub, StepTableIsPinned) {
-  std::vector<std::string_view> want = {
-      "die with spaced", "new session",  "private mounts", "root tmpfs",    "mount plan",
-      "pivot root",      "mount proc",   "read-only root", "wait for go",   "drop to vmm uid",
-      "no new privs",    "reset signals", "stdio",         "inherited descriptors",
-      "close-on-exec the rest", "outlive spaced", "execve"};
+  std::vector<std::string_view> want = {"die with spaced",
+                                        "new session",
+                                        "private mounts",
+                                        "root tmpfs",
+                                        "mount plan",
+                                        "pivot root",
+                                        "mount proc",
+                                        "read-only root",
+                                        "wait for go",
+                                        "drop to vmm uid",
+                                        "no new privs",
+                                        "reset signals",
+                                        "stdio",
+                                        "inherited descriptors",
+                                        "close-on-exec the rest",
+                                        "outlive spaced",
+                                        "execve"};
   EXPECT_EQ(vmmStubStepNames(), want);
   EXPECT_STREQ(vmmStubStepName(0), "die with spaced");
   EXPECT_STREQ(vmmStubStepName(static_cast<int>(want.size()) - 1), "execve");
