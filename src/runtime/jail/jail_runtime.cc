@@ -8,7 +8,6 @@
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
-#include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -23,6 +22,7 @@
 #include "runtime/jail/inside/handshake.h"
 #include "runtime/jail/inside/seccomp.h"
 #include "runtime/jail/launch.h"
+#include "runtime/jail/launch_steps.h"
 #include "runtime/jail/layer_disk.h"
 #include "runtime/jail/layer_volume.h"
 #include "runtime/jail/userns.h"
@@ -59,21 +59,6 @@ Status validateSpec(const SandboxSpec& spec) {
       return makeError(ErrorKind::kInvalidArgument, "path '{}' must be absolute, without , : or \\", *p);
   TRY(validateIdRange(spec.uid_base, spec.uid_count));
   return ok();
-}
-
-Result<UniqueFd> listenUnix(const std::string& path) {
-  sockaddr_un addr{};
-  addr.sun_family = AF_UNIX;
-  if (path.size() >= sizeof addr.sun_path) return sysError(ENAMETOOLONG, "socket path {}", path);
-  std::memcpy(addr.sun_path, path.c_str(), path.size() + 1);
-  UniqueFd fd(socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
-  if (!fd) return sysError(errno, "socket(AF_UNIX)");
-  unlink(path.c_str());
-  if (bind(fd.get(), reinterpret_cast<sockaddr*>(&addr), sizeof addr) < 0) return sysError(errno, "bind {}", path);
-  // Only spaced (host root) connects; sandbox code never sees this path, only the agent's fd.
-  if (chmod(path.c_str(), 0600) < 0) return sysError(errno, "chmod {}", path);
-  if (listen(fd.get(), 16) < 0) return sysError(errno, "listen {}", path);
-  return fd;
 }
 
 // True if `pid` is still the process recorded at start (same start time), i.e. not a recycled pid.
@@ -183,7 +168,8 @@ Result<Instance> JailRuntime::startFrom(const SandboxSpec& spec, const std::stri
   Defer unwind([&] {
     if (auto st = destroy(persisted); !st) spdlog::error("unwind sandbox {}: {}", spec.id, st.error().message);
   });
-  Status launched = launch(spec, persisted, base_image, base_uid, /*relaunch=*/false);
+  LaunchVariant variant = base_image.empty() ? LaunchVariant::kFresh : LaunchVariant::kFork;
+  Status launched = launch(variant, spec, persisted, base_image, base_uid);
   if (!launched) return tl::unexpected(launched.error().context("start sandbox " + spec.id));
   ASSIGN_OR_RETURN(auto agent, connectAgent(persisted).map_error([&](Error e) { return e.context("start sandbox " + spec.id); }));
   unwind.dismiss();
@@ -202,91 +188,10 @@ Result<std::shared_ptr<agent::AgentClient>> JailRuntime::connectAgent(const Pers
   return std::move(*agent);
 }
 
-Status JailRuntime::launch(const SandboxSpec& spec, PersistedInstance& persisted, const std::string& base_image,
-                           uint32_t base_uid, bool relaunch) {
-  const std::string image = persisted.state["image"].get<std::string>();
-  std::string device;
-  Defer note_device([&] {
-    if (!device.empty()) persisted.state["layer_dev"] = device;
-  });
-  if (relaunch) {
-    TRY(mountLayerDisk(spec.dir, image, &device));
-    // A snapshot of another sandbox (imported): its files move to this sandbox's uid range.
-    if (base_uid) TRY(shiftLayerOwners(spec.dir, base_uid, spec.uid_base, spec.uid_count));
-  } else {
-    struct stat st;
-    if (lstat(spec.dir.c_str(), &st) == 0)
-      return makeError(ErrorKind::kConflict, "sandbox dir {} exists already (a leftover to destroy first?)", spec.dir);
-    persisted.state["dir_created"] = true;
-    if (base_image.empty()) {
-      TRY(createLayerDisk(spec.dir, image, spec.limits.disk_bytes, spec.limits.disk_inodes, spec.uid_base, &device));
-    } else {
-      // A fork: the layer is a block-sharing clone of the snapshot's, whatever its size; its files move to
-      // this sandbox's uid range.
-      TRY(cloneFile(base_image, image, 0600, /*durable=*/false));
-      TRY(mountLayerDisk(spec.dir, image, &device));
-      TRY(shiftLayerOwners(spec.dir, base_uid, spec.uid_base, spec.uid_count));
-    }
-    TRY(cgroups_->create(spec.id, spec.limits));
-    persisted.state["cgroup"] = spec.id;
-  }
-
-  ASSIGN_OR_RETURN(UniqueFd listen_fd, listenUnix(spec.dir + "/agent.sock"));
-  int pair[2];
-  if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, pair) < 0) return sysError(errno, "socketpair");
-  UniqueFd host_sync(pair[0]), child_sync(pair[1]);
-  const std::string stdio_path = config_.agent_log_path.empty() ? "/dev/null" : config_.agent_log_path;
-  UniqueFd stdio(open(stdio_path.c_str(), O_RDWR | O_CREAT | O_APPEND | O_CLOEXEC, 0600));
-  if (!stdio) return sysError(errno, "open {}", stdio_path);
-
-  ASSIGN_OR_RETURN(AgentChild child, spawnAgentChild(agent_fd_.get(), child_sync.get(), listen_fd.get(), stdio.get()));
-  persisted.state["pid"] = child.pid;
-  ASSIGN_OR_RETURN(uint64_t start_time, processStartTime(child.pid));
-  persisted.state["start_time"] = start_time;
-  child_sync.reset();  // the host must see EOF when the child dies
-
-  TRY(writeIdMaps(child.pid, spec.uid_base, spec.uid_count));
-  TRY(cgroups_->addProcess(persisted.state.value("cgroup", spec.id), child.pid));
-  TRY(buildRootfs(child.pid, spec.template_rootfs, spec.dir));
-  // The child waits for its go byte inside its new network namespace: give it its link now.
-  if (relaunch) {
-    TRY(relinkNetwork(child.pid, persisted.state));
-  } else if (config_.network_pool) {
-    TRY(attachNetwork(*config_.network_pool, child.pid, persisted.state));
-  }
-
-  JailInitConfig init;
-  init.rootfs = spec.dir + "/rootfs";
-  init.hostname = spec.hostname;
-  init.nofile = spec.limits.nofile;
-  init.shm_bytes = config_.shm_bytes;
-  if (auto subnet = persistedSubnet(persisted.state)) init.env = proxyEnv(*subnet, config_.network);
-  for (const auto& [k, v] : spec.env) init.env[k] = v;
-  init.seccomp_policy = seccomp_policy_text_;
-  TRY(sendMessage(host_sync.get(), std::string(1, kGoByte)));
-  TRY(sendMessage(host_sync.get(), init.toJson().dump()));
-
-  auto deadline = std::chrono::steady_clock::now() + config_.start_timeout;
-  for (;;) {
-    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
-    if (left.count() <= 0) return makeError(ErrorKind::kUnavailable, "sandbox init: timed out");
-    auto raw = receiveMessage(host_sync.get(), left);
-    if (!raw) return tl::unexpected(raw.error().context("sandbox init"));
-    HandshakeMessage m = parseMessage(*raw);
-    if (m.kind == "note") {
-      spdlog::info("sandbox {}: {}", spec.id, m.text);
-    } else if (m.kind == "mounted") {
-      unmountHostCopies(spec.dir);
-    } else if (m.kind == "ready") {
-      return ok();
-    } else if (m.kind == "error") {
-      Error e{ErrorKind::kInternal, m.err, fmt::format("containment step {} failed: {}", m.step, m.text)};
-      if (m.err == ENOSPC || m.err == EDQUOT) e.kind = ErrorKind::kResourceExhausted;
-      return tl::unexpected(e);
-    } else {
-      return makeError(ErrorKind::kInternal, "sandbox init: unexpected message '{}'", *raw);
-    }
-  }
+Status JailRuntime::launch(LaunchVariant variant, const SandboxSpec& spec, PersistedInstance& persisted,
+                           const std::string& base_image, uint32_t base_uid) {
+  HostLaunch launch{config_, *cgroups_, agent_fd_.get(), seccomp_policy_text_, spec, persisted, base_image, base_uid};
+  return runLaunchSteps(launch, variant);
 }
 
 Status JailRuntime::killCgroupProcesses(const std::string& cgroup) {
@@ -550,7 +455,7 @@ Result<Instance> JailRuntime::relaunchInPlace(PersistedInstance persisted, uint3
   spec.uid_base = state.value("uid_base", 0u);
   spec.uid_count = state.value("uid_count", 65536u);
   spec.limits.nofile = state.value("nofile", 4096u);
-  TRY(launch(spec, persisted, "", files_uid_base, /*relaunch=*/true));
+  TRY(launch(LaunchVariant::kRelaunch, spec, persisted, "", files_uid_base));
   ASSIGN_OR_RETURN(auto agent, connectAgent(persisted).map_error([&](Error e) { return e.context("restart " + persisted.id); }));
   int pid = state["pid"].get<int>();
   return Instance{persisted.id, pid, std::move(agent), std::move(persisted)};

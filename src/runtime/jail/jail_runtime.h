@@ -19,6 +19,8 @@
 
 namespace space::jail {
 
+enum class LaunchVariant;  // launch_steps.h
+
 struct JailConfig {
   std::string state_dir;       // sandboxes live in <state_dir>/sandboxes/<id>
   std::string agent_binary;    // static space-agent
@@ -77,11 +79,10 @@ class JailRuntime : public runtime::Runtime {
   Status killCgroupProcesses(const std::string& cgroup);
   Result<runtime::Instance> relaunchInPlace(runtime::PersistedInstance persisted, uint32_t files_uid_base);
   JailRuntime(JailConfig config, std::unique_ptr<CgroupBackend> cgroups, std::string policy);
-  // base_image: a snapshot's layer to clone instead of a fresh one. relaunch: the directory, image, cgroup
-  // and subnet of persisted exist already (rollback).
-  // base_uid: the uid range base of the sandbox the base image comes from.
-  Status launch(const runtime::SandboxSpec& spec, runtime::PersistedInstance& persisted, const std::string& base_image,
-                uint32_t base_uid, bool relaunch);
+  // The variant's launch steps (launch_steps.h). base_image: fork, the snapshot's layer to clone.
+  // base_uid: the uid range base of the sandbox the layer's files come from.
+  Status launch(LaunchVariant variant, const runtime::SandboxSpec& spec, runtime::PersistedInstance& persisted,
+                const std::string& base_image, uint32_t base_uid);
   Result<runtime::Instance> startFrom(const runtime::SandboxSpec& spec, const std::string& base_image,
                                       uint32_t base_uid);
   Result<std::shared_ptr<agent::AgentClient>> connectAgent(const runtime::PersistedInstance& persisted);

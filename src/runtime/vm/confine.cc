@@ -1,25 +1,18 @@
 #include "runtime/vm/confine.h"
 
 #include <fcntl.h>
-#include <linux/close_range.h>
 #include <linux/sched.h>
 #include <signal.h>
-#include <sys/mount.h>
-#include <sys/prctl.h>
 #include <sys/stat.h>
-#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include <climits>
-#include <cstdlib>
 #include <cstring>
 #include <set>
 
+#include "runtime/vm/vmm_stub.h"
 #include "sys/path.h"
 #include "sys/process.h"
-
-extern char** environ;
 
 namespace space::vm {
 namespace {
@@ -27,24 +20,17 @@ namespace {
 using sys::parentOf;
 using sys::realPath;
 
-struct StubFailure {
-  int step;
-  int err;
-};
-
-// The pre-exec stub's steps run over plain C strings prepared by spaced: after clone3 in a
-// multi-threaded process only async-signal-safe code may run (no allocation, no locks).
-struct CStep {
-  MountStep::Kind kind;
-  const char* a;
-  const char* b;
-  dev_t rdev;
-};
-
-[[noreturn]] void fail(int report_fd, int step) {
-  StubFailure f{step, errno};
-  (void)!write(report_fd, &f, sizeof f);
-  _exit(127);
+// What a failed stub step reported, in words: the step's name, and for the mount plan its entry.
+Error stubError(const VmmStubFailure& f, const std::vector<MountStep>& plan, const std::string& qemu_path) {
+  const char* name = vmmStubStepName(f.step);
+  std::string what = name ? fmt::format("vmm stub step '{}'", name) : fmt::format("vmm stub step {}", f.step);
+  if (f.mount >= 0 && static_cast<size_t>(f.mount) < plan.size()) {
+    const MountStep& m = plan[static_cast<size_t>(f.mount)];
+    what += fmt::format(" (entry {}: {} {})", f.mount, m.a, m.b);
+  } else if (name && std::string_view(name) == "execve") {
+    what += " (" + qemu_path + ")";
+  }
+  return Error{ErrorKind::kInternal, f.err, fmt::format("confine VMM: {}: {}", what, describeErrno(f.err))};
 }
 
 Status runHostSide(const VmmJail& jail, pid_t pid) { return jail.before_exec ? jail.before_exec(pid) : ok(); }
@@ -117,9 +103,8 @@ Result<QemuProcess> launchConfinedQemu(const QemuSpec& spec, const VmmJail& jail
   std::vector<char*> cargv;
   for (auto& s : argv) cargv.push_back(s.data());
   cargv.push_back(nullptr);
-  std::vector<CStep> csteps;
-  for (auto& s : plan) csteps.push_back({s.kind, s.a.c_str(), s.b.c_str(), s.rdev});
-  const char* root = jail.root_dir.c_str();
+  std::vector<VmmStubMount> mounts;
+  for (auto& s : plan) mounts.push_back({s.kind, s.a.c_str(), s.b.c_str(), s.rdev});
 
   UniqueFd devnull(open("/dev/null", O_RDONLY | O_CLOEXEC));
   UniqueFd log(open(paths.log.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0640));
@@ -140,103 +125,26 @@ Result<QemuProcess> launchConfinedQemu(const QemuSpec& spec, const VmmJail& jail
     tap_high = UniqueFd(fcntl(jail.tap_fd, F_DUPFD_CLOEXEC, 16));
     if (!tap_high) return sysError(errno, "dup tap descriptor");
   }
-  int memory_fd = memory_high ? memory_high.get() : -1;
-  int tap_fd = tap_high ? tap_high.get() : -1;
-  uid_t uid = jail.uid;
-  gid_t gid = jail.gid;
+  // Everything the stub reads, prepared here: after clone3 it may not allocate (vmm_stub.cc).
+  VmmStubArgs stub{};
+  stub.root = jail.root_dir.c_str();
+  stub.mounts = mounts.data();
+  stub.mount_count = static_cast<int>(mounts.size());
+  stub.uid = jail.uid;
+  stub.gid = jail.gid;
+  stub.go_read_fd = go_read.get();
+  stub.go_write_fd = go_write.get();
+  stub.report_fd = report_write.get();
+  stub.devnull_fd = devnull.get();
+  stub.log_fd = log.get();
+  stub.memory_fd = memory_high ? memory_high.get() : -1;
+  stub.tap_fd = tap_high ? tap_high.get() : -1;
+  stub.qemu_path = qemu_path.c_str();
+  stub.argv = cargv.data();
 
   ASSIGN_OR_RETURN(sys::Clone3Result child,
                    sys::clone3Fork(CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWNET | CLONE_NEWIPC | CLONE_NEWUTS | CLONE_PIDFD));
-  if (child.pid == 0) {
-    int rfd = report_write.get();
-    int step = -1;
-    // This copy of spaced must see spaced's death while it waits for the go byte: its own copy of the
-    // pipe's write end goes (else the read below never ends), and it dies with the launching thread
-    // until the exec. Left waiting, it would hold every descriptor spaced had — its API socket too.
-    close(go_write.get());
-    (void)syscall(SYS_prctl, PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0);
-    if (syscall(SYS_setsid) < 0) fail(rfd, step);
-    // Nothing mounted below propagates back to the host.
-    if (mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) < 0) fail(rfd, step);
-    if (mount("tmpfs", root, "tmpfs", MS_NOSUID | MS_NODEV, "mode=0755,size=1m") < 0) fail(rfd, step);
-    for (step = 0; step < static_cast<int>(csteps.size()); ++step) {
-      const CStep& s = csteps[static_cast<size_t>(step)];
-      switch (s.kind) {
-        case MountStep::kMkdir:
-          if (mkdir(s.a, 0755) < 0 && errno != EEXIST) fail(rfd, step);
-          break;
-        case MountStep::kTouch: {
-          int fd = open(s.a, O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
-          if (fd < 0) fail(rfd, step);
-          close(fd);
-          break;
-        }
-        case MountStep::kSymlink:
-          if (symlink(s.a, s.b) < 0) fail(rfd, step);
-          break;
-        case MountStep::kDevTmpfs:
-          if (mount("tmpfs", s.a, "tmpfs", MS_NOSUID | MS_NOEXEC, "mode=0755,size=64k,nr_inodes=16") < 0) fail(rfd, step);
-          break;
-        case MountStep::kCharDevice:
-          // Made by root here, so the node's permission is the VMM's alone: neither the host node's group
-          // nor its mode reaches the VMM, and no other host device does.
-          if (mknod(s.a, S_IFCHR | 0600, s.rdev) < 0 || chown(s.a, uid, gid) < 0) fail(rfd, step);
-          break;
-        case MountStep::kRemountReadOnly:
-          if (mount(nullptr, s.a, nullptr, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NOEXEC, nullptr) < 0)
-            fail(rfd, step);
-          break;
-        case MountStep::kBind:
-        case MountStep::kBindReadOnly: {
-          if (mount(s.a, s.b, nullptr, MS_BIND | MS_REC, nullptr) < 0) fail(rfd, step);
-          unsigned long flags = MS_BIND | MS_REMOUNT | MS_NOSUID;
-          if (s.kind == MountStep::kBindReadOnly) flags |= MS_RDONLY;
-          // Device nodes keep working only without nodev.
-          if (std::strncmp(s.a, "/dev/", 5) != 0) flags |= MS_NODEV;
-          if (mount(nullptr, s.b, nullptr, flags, nullptr) < 0) fail(rfd, step);
-          break;
-        }
-      }
-    }
-    step = -2;
-    if (chdir(root) < 0) fail(rfd, step);
-    if (syscall(SYS_pivot_root, ".", ".") < 0) fail(rfd, step);
-    if (umount2(".", MNT_DETACH) < 0) fail(rfd, step);
-    if (chdir("/") < 0) fail(rfd, step);
-    // A proc of the VMM's own pid namespace: /proc/self/fd for the memory descriptor, and nothing else.
-    if (mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, "hidepid=2") < 0) fail(rfd, step);
-    if (mount(nullptr, "/", nullptr, MS_BIND | MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV, nullptr) < 0 &&
-        mount(nullptr, "/", nullptr, MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV, nullptr) < 0)
-      fail(rfd, step);
-    step = -3;
-    char go = 0;
-    ssize_t n;
-    do n = read(go_read.get(), &go, 1);
-    while (n < 0 && errno == EINTR);
-    if (n != 1) _exit(126);  // spaced gave up on us
-    if (syscall(SYS_setgroups, 0, nullptr) < 0 || syscall(SYS_setresgid, gid, gid, gid) < 0 ||
-        syscall(SYS_setresuid, uid, uid, uid) < 0)
-      fail(rfd, step);
-    if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0) fail(rfd, step);
-    sys::resetSignalsForExec();
-    step = -4;
-    if (dup2(devnull.get(), 0) < 0 || dup2(log.get(), 1) < 0 || dup2(log.get(), 2) < 0) fail(rfd, step);
-    // Both sources are >= 16, so dup2 never targets its own source (which would keep close-on-exec).
-    if (memory_fd >= 0 && dup2(memory_fd, kMemoryFd) < 0) fail(rfd, step);
-    if (tap_fd >= 0 && dup2(tap_fd, kTapFd) < 0) fail(rfd, step);
-    // The report pipe stays open (close-on-exec) so that exec success shows as EOF on its other end.
-    for (int fd = kMemoryFd; fd < 1024; ++fd) {
-      if (fd == rfd || (fd == kMemoryFd && memory_fd >= 0) || (fd == kTapFd && tap_fd >= 0)) continue;
-      (void)fcntl(fd, F_SETFD, FD_CLOEXEC);
-    }
-    if (syscall(SYS_close_range, 1024, ~0U, CLOSE_RANGE_CLOEXEC) < 0) fail(rfd, step);
-    char* const envp[] = {nullptr};
-    // The VMM outlives spaced (reattach after a restart): no parent-death signal past this point.
-    (void)syscall(SYS_prctl, PR_SET_PDEATHSIG, 0, 0, 0, 0);
-    execve(qemu_path.c_str(), cargv.data(), envp);
-    step = -5;
-    fail(rfd, step);
-  }
+  if (child.pid == 0) runVmmStub(stub);
 
   QemuProcess proc;
   proc.pid = child.pid;
@@ -255,22 +163,14 @@ Result<QemuProcess> launchConfinedQemu(const QemuSpec& spec, const VmmJail& jail
     // The stub failed before reading: its report says why.
   }
   go_write.reset();
-  StubFailure f{};
+  VmmStubFailure f{};
   ssize_t n;
   do n = read(report_read.get(), &f, sizeof f);
   while (n < 0 && errno == EINTR);
   if (n == static_cast<ssize_t>(sizeof f)) {
-    std::string what = f.step >= 0 && static_cast<size_t>(f.step) < plan.size()
-                           ? fmt::format("step {} ({} {})", f.step, plan[static_cast<size_t>(f.step)].a,
-                                         plan[static_cast<size_t>(f.step)].b)
-                       : f.step == -1 ? "namespace set-up"
-                       : f.step == -2 ? "pivot_root"
-                       : f.step == -3 ? "dropping to the VMM uid"
-                       : f.step == -4 ? "descriptors"
-                                      : "execve " + qemu_path;
     while (waitpid(proc.pid, nullptr, 0) < 0 && errno == EINTR) {
     }
-    return makeError(ErrorKind::kInternal, "confine VMM: {}: {}", what, std::strerror(f.err));
+    return tl::unexpected(stubError(f, plan, qemu_path));
   }
   return proc;
 }

@@ -148,7 +148,7 @@ KvmVerdict VmRuntime::probeBoot() {
     return finish("the probe VMM did not start: " + proc.error().message);
   }
   probe_pid_ = proc->pid;
-  std::string cgroup = config_.confine ? name : "";
+  std::string cgroup = name;
   std::string reason = [&]() -> std::string {
     std::string timeout = fmt::format("guest did not answer in {:g} s under KVM", config_.kvm_probe_timeout.count() / 1000.0);
     auto qemuSays = [&] {

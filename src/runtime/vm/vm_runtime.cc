@@ -74,10 +74,7 @@ Result<std::unique_ptr<VmRuntime>> VmRuntime::create(const VmConfig& config) {
     fs::create_directories(config.state_dir + sub, ec);
     if (ec) return makeError(ErrorKind::kInternal, "create {}{}: {}", config.state_dir, sub, ec.message());
   }
-  std::unique_ptr<jail::CgroupBackend> cgroups;
-  if (config.confine) {
-    ASSIGN_OR_RETURN(cgroups, jail::makeCgroupBackend(config.cgroup_parent));
-  }
+  ASSIGN_OR_RETURN(std::unique_ptr<jail::CgroupBackend> cgroups, jail::makeCgroupBackend(config.cgroup_parent));
   std::unique_ptr<VmRuntime> rt(new VmRuntime(config, std::move(cgroups)));
   rt->cleanInterruptedWarmups();
   TRY(rt->chooseAccel());
@@ -115,8 +112,6 @@ QemuSpec VmRuntime::qemuSpecFor(const runtime::SandboxSpec& spec, const std::str
 Result<QemuProcess> VmRuntime::spawn(const QemuSpec& qemu, const std::string& cgroup_id, uid_t uid,
                                      const std::vector<std::string>& read_only, int memory_fd, uint64_t memory_mib,
                                      const std::vector<std::string>& writable, int tap_fd) {
-  // Unconfined (tests of the launch path only): no tap; the NIC stays on its empty hub.
-  if (!config_.confine) return launchQemu(qemu);
   runtime::Limits limits;
   limits.memory_bytes = (memory_mib + config_.vmm_overhead_mib) * kMiB;
   limits.pids = config_.vmm_pids;
@@ -141,7 +136,7 @@ Result<QemuProcess> VmRuntime::spawn(const QemuSpec& qemu, const std::string& cg
     with_tap.tap_fd = kTapFd;
   }
   jail.before_exec = [&](pid_t pid) { return cgroups_->addProcess(cgroup_id, pid); };
-  auto proc = launchConfinedQemu(with_tap, jail);
+  auto proc = config_.launch_vmm(with_tap, jail);
   if (!proc) (void)cgroups_->remove(cgroup_id);
   return proc;
 }
@@ -209,7 +204,7 @@ Result<runtime::Instance> VmRuntime::bootCold(const runtime::SandboxSpec& spec) 
   auto connected = [&]() -> Result<runtime::Instance> {
     ASSIGN_OR_RETURN(auto qmp, QmpClient::connect(VmPaths::in(dir).qmp, Duration(30000)));
     ASSIGN_OR_RETURN(auto agent, connectAgent(dir, deadline));
-    runtime::Instance inst = instanceOf(spec.id, proc.pid, dir, {{"cgroup", config_.confine ? spec.id : ""}});
+    runtime::Instance inst = instanceOf(spec.id, proc.pid, dir, {{"cgroup", spec.id}});
     inst.agent = std::move(agent);
     std::lock_guard lock(mu_);
     qmp_[spec.id] = std::move(qmp);
@@ -218,7 +213,7 @@ Result<runtime::Instance> VmRuntime::bootCold(const runtime::SandboxSpec& spec) 
   if (!connected) {
     Error e = connected.error();
     e.message += "; qemu: " + tailOfFile(VmPaths::in(dir).log, 400) + "; console: " + tailOfFile(qemu.console_file, 800);
-    killAndClean(proc.pid, config_.confine ? spec.id : "");
+    killAndClean(proc.pid, spec.id);
     return tl::unexpected(e.context(fmt::format("boot vm {}", spec.id)));
   }
   return connected;
@@ -243,13 +238,8 @@ Result<QemuSpec> VmRuntime::restoringSpec(const runtime::SandboxSpec& spec, cons
   // device state names.)
   qemu.initrd.clear();
   if (access((tpl.dir + "/kernel.stub").c_str(), R_OK) == 0) qemu.kernel = tpl.dir + "/kernel.stub";
-  *memory_fd = -1;
-  if (config_.confine) {
-    ASSIGN_OR_RETURN(*memory_fd, memoryFd(tpl));
-    qemu.memory_file = kMemoryFdPath;
-  } else {
-    qemu.memory_file = tpl.memory;
-  }
+  ASSIGN_OR_RETURN(*memory_fd, memoryFd(tpl));
+  qemu.memory_file = kMemoryFdPath;
   read_only->clear();
   if (!tpl.disk.empty()) {
     qemu.disks.push_back({overlay, "qcow2", false});
@@ -259,7 +249,7 @@ Result<QemuSpec> VmRuntime::restoringSpec(const runtime::SandboxSpec& spec, cons
 }
 
 Status VmRuntime::allocateNetwork(json& net_state, UniqueFd& tap) {
-  if (!config_.network_pool || !config_.confine) return ok();
+  if (!config_.network_pool) return ok();
   ASSIGN_OR_RETURN(net::SandboxSubnet subnet, config_.network_pool->allocate());
   std::string link = jail::linkNameFor(subnet);
   net_state = {{"subnet", subnet.cidr()}, {"network", subnet.network}, {"link", link}, {"mac", macFor(subnet)}};
@@ -301,7 +291,7 @@ Result<runtime::Instance> VmRuntime::prepare(const runtime::SandboxSpec& spec) {
   if (!tpl.disk.empty() && !config_.layers_dir.empty()) writable.push_back(overlay);
   ASSIGN_OR_RETURN(QemuProcess proc, spawn(qemu, spec.id, uid, read_only, memory_fd, qemu.memory_mib, writable, tap.get()));
   tap.reset();  // QEMU holds it now: the tap lives as long as QEMU
-  std::string cgroup = config_.confine ? spec.id : "";
+  std::string cgroup = spec.id;
   auto qmp = QmpClient::connect(VmPaths::in(dir).qmp, Duration(30000));
   if (!qmp) {
     Error e = qmp.error();
@@ -430,7 +420,7 @@ Status VmRuntime::destroy(const runtime::PersistedInstance& inst) {
   // it got that far, is found by the QMP socket its command line names, and its cgroup by the id.
   if (pid <= 0 && !dir.empty()) pid = findQemuOf(dir);
   if (isQemuOf(pid, dir)) killVmm(pid);
-  std::string cgroup = inst.state.value("cgroup", config_.confine && !inst.state.contains("pid") ? inst.id : "");
+  std::string cgroup = inst.state.value("cgroup", !inst.state.contains("pid") ? inst.id : "");
   if (cgroups_ && !cgroup.empty()) TRY(cgroups_->remove(cgroup));
   if (!dir.empty()) {
     std::error_code ec;

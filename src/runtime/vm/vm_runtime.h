@@ -21,6 +21,7 @@
 #include "net/address_pool.h"
 #include "runtime/jail/cgroup.h"
 #include "runtime/runtime.h"
+#include "runtime/vm/confine.h"
 #include "runtime/vm/kvm_probe.h"
 #include "runtime/vm/launch.h"
 #include "runtime/vm/qmp.h"
@@ -56,8 +57,9 @@ struct VmConfig {
   std::string extra_cmdline;
   // Cold boot of a generic kernel under TCG on a loaded 2-core host takes tens of seconds.
   std::chrono::milliseconds start_timeout{180000};
-  // VMM confinement (SECURITY.md V2). Off only for tests of the unconfined launch path.
-  bool confine = true;
+  // Starts every VMM (confined: SECURITY.md V2). A test may put a double here: it is handed what a real
+  // VMM would be (its QemuSpec, and the VmmJail its uid, files and devices are confined to).
+  std::function<Result<QemuProcess>(const QemuSpec&, const VmmJail&)> launch_vmm = launchConfinedQemu;
   std::string cgroup_parent = "space";
   uint64_t vmm_overhead_mib = 384;   // QEMU's own memory on top of guest RAM (TCG's translation cache)
   uint32_t vmm_pids = 128;           // QEMU's threads (vCPUs, I/O workers)
@@ -166,7 +168,7 @@ class VmRuntime : public runtime::Runtime {
   // The template's RAM as a sealed memfd (copied once per daemon): a confined VMM maps it privately
   // without any path to, or write access on, the template's file.
   Result<int> memoryFd(const VmTemplate& tpl);
-  // The inode of the file a VMM of tpl maps as guest RAM (the memfd when confined), to find the mapping.
+  // The inode of the file a VMM of tpl maps as guest RAM (the memfd), to find the mapping.
   Result<ino_t> memoryInode(const VmTemplate& tpl);
   // The VM's directory, made.
   Result<std::string> makeVmDir(const runtime::SandboxSpec& spec) const;
@@ -176,7 +178,7 @@ class VmRuntime : public runtime::Runtime {
   // Where the VM of sandbox `id` in `dir` keeps its disk overlay.
   std::string overlayPath(const std::string& id, const std::string& dir) const;
   // The QemuSpec of a VMM that restores tpl's machine (started stopped, waiting for a device state), with
-  // the descriptor of the template's RAM it must inherit (-1 unconfined) and the files it reads.
+  // the descriptor of the template's RAM it must inherit and the files it reads.
   Result<QemuSpec> restoringSpec(const runtime::SandboxSpec& spec, const VmTemplate& tpl, const std::string& dir,
                                  const std::string& overlay, int* memory_fd, std::vector<std::string>* read_only);
   // A VMM for a sandbox snapshot (vm_snapshot.cc): spawned like a template restore, then the snapshot's
@@ -184,7 +186,7 @@ class VmRuntime : public runtime::Runtime {
   Result<runtime::Instance> startFromSnapshot(const runtime::SandboxSpec& spec, const std::string& snapshot_dir,
                                               const VmTemplate& tpl, const std::string& overlay, UniqueFd tap,
                                               nlohmann::json extra);
-  // Spawns QEMU (confined unless disabled) in its cgroup; `cgroup_id` names the group.
+  // Spawns a confined QEMU (config_.launch_vmm) in its cgroup; `cgroup_id` names the group.
   Result<QemuProcess> spawn(const QemuSpec& qemu, const std::string& cgroup_id, uid_t uid,
                             const std::vector<std::string>& read_only, int memory_fd, uint64_t memory_mib,
                             const std::vector<std::string>& writable = {}, int tap_fd = -1);

@@ -83,13 +83,9 @@ uint64_t allocatedBytes(const std::string& dir) {
 }  // namespace
 
 Result<ino_t> VmRuntime::memoryInode(const VmTemplate& tpl) {
+  ASSIGN_OR_RETURN(int fd, memoryFd(tpl));
   struct stat st;
-  if (config_.confine) {
-    ASSIGN_OR_RETURN(int fd, memoryFd(tpl));
-    if (fstat(fd, &st) < 0) return sysError(errno, "stat template memory");
-  } else if (stat(tpl.memory.c_str(), &st) < 0) {
-    return sysError(errno, "stat {}", tpl.memory);
-  }
+  if (fstat(fd, &st) < 0) return sysError(errno, "stat template memory");
   return st.st_ino;
 }
 
@@ -224,7 +220,7 @@ Result<runtime::Instance> VmRuntime::startFromSnapshot(const runtime::SandboxSpe
   auto t_spawn = Clock::now();
   Clock::time_point t_qmp, t_pages, t_state;
   tap.reset();
-  std::string cgroup = config_.confine ? spec.id : "";
+  std::string cgroup = spec.id;
   extra["cgroup"] = cgroup;
   extra["restored"] = true;
   std::unique_ptr<QmpClient> qmp;
@@ -346,7 +342,7 @@ Result<runtime::Instance> VmRuntime::rollback(runtime::Instance& inst, const run
     return sysError(errno, "rename {}.next", overlay);
   // The same network identity: the same tap name on the same /30 (the old one went with its VMM).
   UniqueFd tap;
-  if (auto subnet = jail::persistedSubnet(state); subnet && config_.network_pool && config_.confine) {
+  if (auto subnet = jail::persistedSubnet(state); subnet && config_.network_pool) {
     ASSIGN_OR_RETURN(tap, net::createSandboxTap(state["net"].value("link", jail::linkNameFor(*subnet)), *subnet));
   }
   runtime::SandboxSpec spec;

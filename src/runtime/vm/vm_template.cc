@@ -305,7 +305,7 @@ Status VmRuntime::buildTemplate(const runtime::SandboxSpec& spec, const std::str
     return ok();
   }();
   if (!waitExit(*proc, std::chrono::seconds(10))) killVmm(proc->pid);
-  if (config_.confine) (void)cgroups_->remove(warm.id);
+  (void)cgroups_->remove(warm.id);
   if (!saved) {
     Error e = saved.error();
     e.message += "; qemu: " + tailOfFile(VmPaths::in(qemu.dir).log, 400) + "; console: " + tailOfFile(qemu.console_file, 1200);

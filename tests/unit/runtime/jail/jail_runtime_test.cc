@@ -196,11 +196,30 @@ TEST_F(JailRuntimeTest, BadTemplateFailsWithStepAndUnwinds) {
   auto inst = runtime_->start(s);
   ASSERT_FALSE(inst);
   EXPECT_NE(inst.error().message.find("/nonexistent-template"), std::string::npos) << inst.error().message;
+  EXPECT_NE(inst.error().message.find("launch step 'rootfs': "), std::string::npos) << inst.error().message;
   auto after = findLeftovers(kStateDir, "space", s.uid_base, s.uid_base + s.uid_count);
   ASSERT_TRUE(after);
   EXPECT_TRUE(after->pids.empty()) << after->describe();
   EXPECT_TRUE(after->mounts.empty()) << after->describe();
   EXPECT_FALSE(fs::exists(s.dir));
+}
+
+// The first launch step refuses a directory that exists, names itself, and leaves the directory alone.
+TEST_F(JailRuntimeTest, ExistingDirFailsTheClaimStepAndIsKept) {
+  auto s = spec("c");
+  fs::create_directories(s.dir);
+  std::ofstream(s.dir + "/keep") << "not the sandbox's";
+  auto inst = runtime_->start(s);
+  ASSERT_FALSE(inst);
+  EXPECT_EQ(inst.error().kind, ErrorKind::kConflict) << inst.error().message;
+  EXPECT_NE(inst.error().message.find("launch step 'claim dir': sandbox dir " + s.dir + " exists already"),
+            std::string::npos)
+      << inst.error().message;
+  EXPECT_TRUE(fs::exists(s.dir + "/keep"));
+  auto after = findLeftovers(kStateDir, "space", s.uid_base, s.uid_base + s.uid_count);
+  ASSERT_TRUE(after);
+  for (const auto& c : after->cgroups) EXPECT_EQ(c.find(s.id), std::string::npos) << c;
+  fs::remove_all(s.dir);
 }
 
 // Snapshot, rollback in place and fork (restore into a new sandbox) on real sandboxes.
