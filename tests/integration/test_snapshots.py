@@ -375,6 +375,42 @@ def test_export_import_roundtrip_is_encrypted_and_verified(own_daemon, tmp_path)
     c.delete(b)
 
 
+def test_import_errors_name_the_file_and_what_to_do(own_daemon, tmp_path):
+    """What a user sees from `space snapshot import` when the file is no archive, or the archive's disk
+    differs from the sandbox's quota: the file's name, "not a SPACE archive", the --disk to use."""
+    key = tmp_path / "kek"
+    key.write_bytes(os.urandom(32))
+    key.chmod(0o600)
+    d = own_daemon({"pool_size": 0, "vm_pool_size": 0, "default_template": "busybox", "snapshot_kek": f"file:{key}"})
+    c = d.client
+    a = c.create(template="busybox", disk_mib=64)["id"]
+    b = c.create(template="busybox", disk_mib=128)["id"]
+    before = {x["id"] for x in history(c, b)}
+
+    notes = tmp_path / "notes.txt"
+    notes.write_text("these are my notes, not a snapshot\n" * 10)
+    r = spacelib.run_cli(d.sock, "snapshot", "import", str(notes), "--sandbox", b)
+    err = r.stderr.decode()
+    assert r.returncode != 0 and str(notes) in err and "not a SPACE archive" in err, err
+    assert "SPACE_API_KEY" not in err and "space ls" not in err, err  # no hint that does not fit
+
+    s = snap(c, a, name="small-disk")
+    archive = tmp_path / "small.spacearchive"
+    r = spacelib.run_cli(d.sock, "snapshot", "export", s["id"], "-o", str(archive))
+    assert r.returncode == 0, r.stderr
+    r = spacelib.run_cli(d.sock, "snapshot", "import", str(archive), "--sandbox", b)
+    err = r.stderr.decode()
+    assert r.returncode != 0 and str(archive) in err and "--disk 64M" in err, err
+    assert {x["id"] for x in history(c, b)} == before  # nothing kept
+
+    # Into a sandbox made as the message says, it imports.
+    e = c.create(template="busybox", disk_mib=64)["id"]
+    r = spacelib.run_cli(d.sock, "snapshot", "import", str(archive), "--sandbox", e)
+    assert r.returncode == 0, r.stderr
+    for sid in (a, b, e):
+        c.delete(sid)
+
+
 def test_export_without_a_customer_key_is_refused(client, sandbox):
     s = snap(client, sandbox)
     status, _, body = client.raw("GET", f"/v1/snapshots/{s['id']}/archive")
