@@ -12,7 +12,7 @@
 #include "egress/policy.h"
 #include "egress/secrets.h"
 #include "egress/tls_ca.h"
-#include "runtime/jail/network.h"
+#include "runtime/host/network.h"
 
 namespace space::core {
 namespace {

@@ -9,8 +9,8 @@
 
 #include "common/hex.h"
 #include "common/ids.h"
-#include "core/manager_factory.h"
-#include "runtime/jail/network.h"
+#include "bin/manager_factory.h"
+#include "runtime/host/network.h"
 
 namespace space::core {
 namespace {

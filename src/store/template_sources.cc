@@ -9,7 +9,7 @@
 #include <regex>
 
 #include "common/unique_fd.h"
-#include "store/host_command.h"
+#include "sys/host_command.h"
 
 namespace space::store {
 namespace {

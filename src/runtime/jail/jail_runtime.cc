@@ -24,7 +24,7 @@
 #include "runtime/jail/inside/seccomp.h"
 #include "runtime/jail/launch.h"
 #include "runtime/jail/layer_disk.h"
-#include "runtime/jail/layer_volume.h"
+#include "runtime/host/layer_volume.h"
 #include "runtime/jail/userns.h"
 #include "sys/process.h"
 

@@ -12,9 +12,9 @@
 
 #include "common/unique_fd.h"
 #include "net/address_pool.h"
-#include "runtime/jail/cgroup.h"
-#include "runtime/jail/layer_volume.h"
-#include "runtime/jail/network.h"
+#include "runtime/host/cgroup.h"
+#include "runtime/host/layer_volume.h"
+#include "runtime/host/network.h"
 #include "runtime/runtime.h"
 
 namespace space::jail {
@@ -29,7 +29,7 @@ struct JailConfig {
   // Debugging only: the agent's stdout/stderr go to this host file instead of /dev/null. Sandbox code can
   // write to it (it is the agent's stderr), so never set it in production.
   std::string agent_log_path;
-  // The sandbox network (runtime/jail/network.h). Null: sandboxes keep a network namespace with only lo.
+  // The sandbox network (runtime/host/network.h). Null: sandboxes keep a network namespace with only lo.
   std::shared_ptr<net::AddressPool> network_pool;
   NetworkConfig network;
   // Sparse size of SPACE's XFS layer volume, made where the state dir cannot reflink (layer_volume.h).

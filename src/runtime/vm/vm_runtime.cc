@@ -20,11 +20,11 @@
 
 #include "common/defer.h"
 #include "net/veth.h"
-#include "runtime/jail/network.h"
+#include "runtime/host/network.h"
 #include "runtime/vm/confine.h"
 #include "runtime/vm/template_snapshot.h"
 #include "runtime/vm/unix_socket.h"
-#include "store/host_command.h"
+#include "sys/host_command.h"
 #include "sys/process.h"
 
 namespace space::vm {

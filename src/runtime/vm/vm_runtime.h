@@ -19,7 +19,7 @@
 
 #include "common/unique_fd.h"
 #include "net/address_pool.h"
-#include "runtime/jail/cgroup.h"
+#include "runtime/host/cgroup.h"
 #include "runtime/runtime.h"
 #include "runtime/vm/kvm_probe.h"
 #include "runtime/vm/launch.h"
@@ -73,7 +73,7 @@ struct VmConfig {
   std::shared_ptr<net::AddressPool> network_pool;
   // Where VM disk overlays and VM snapshots live: the layer volume's layers/ and snapshots/ (it shares
   // blocks between files, so a snapshot, rollback or fork clones an overlay instead of copying it;
-  // runtime/jail/layer_volume.h). Empty: overlays in each VM's directory, no snapshots.
+  // runtime/host/layer_volume.h). Empty: overlays in each VM's directory, no snapshots.
   std::string layers_dir, snapshots_dir;
   // Null: a snapshot's memory is stored in the clear (root-only, mode 0400).
   std::shared_ptr<MemorySealer> memory_sealer;

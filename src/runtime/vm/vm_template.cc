@@ -19,7 +19,7 @@
 #include "runtime/vm/confine.h"
 #include "runtime/vm/template_snapshot.h"
 #include "runtime/vm/vm_runtime.h"
-#include "store/host_command.h"
+#include "sys/host_command.h"
 
 namespace space::vm {
 

@@ -9,7 +9,7 @@
 #include <filesystem>
 #include <fstream>
 
-#include "store/host_command.h"
+#include "sys/host_command.h"
 #include "store/tree_hash.h"
 
 namespace space::store {

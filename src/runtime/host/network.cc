@@ -1,4 +1,4 @@
-#include "runtime/jail/network.h"
+#include "runtime/host/network.h"
 
 #include <fcntl.h>
 #include <net/if.h>

@@ -1,4 +1,4 @@
-#include "store/host_command.h"
+#include "sys/host_command.h"
 
 #include <fcntl.h>
 #include <signal.h>

@@ -8,7 +8,7 @@
 #include <cstdlib>
 #include <set>
 
-#include "runtime/jail/cgroup.h"
+#include "runtime/host/cgroup.h"
 
 namespace space::jail {
 

@@ -1,4 +1,4 @@
-#include "core/manager_factory.h"
+#include "bin/manager_factory.h"
 
 #include <sys/stat.h>
 

@@ -6,7 +6,7 @@
 #include <cstdlib>
 #include <sstream>
 
-#include "runtime/jail/cgroup.h"
+#include "runtime/host/cgroup.h"
 
 namespace space::jail {
 

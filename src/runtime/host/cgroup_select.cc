@@ -14,7 +14,7 @@
 #include <thread>
 
 #include "common/unique_fd.h"
-#include "runtime/jail/cgroup.h"
+#include "runtime/host/cgroup.h"
 
 namespace space::jail {
 

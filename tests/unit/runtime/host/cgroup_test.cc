@@ -1,4 +1,4 @@
-#include "runtime/jail/cgroup.h"
+#include "runtime/host/cgroup.h"
 
 #include <gtest/gtest.h>
 

@@ -1,4 +1,4 @@
-#include "runtime/jail/layer_volume.h"
+#include "runtime/host/layer_volume.h"
 
 #include <fcntl.h>
 #include <linux/fs.h>
