@@ -129,7 +129,7 @@ Result<json> Manager::secretBindings(const json& bound) {
 
 Result<json> Manager::egressRegistration(const store::SandboxRecord& rec) {
   const json& e = rec.spec["egress"];
-  auto subnet = jail::persistedSubnet(rec.persisted);
+  auto subnet = host::persistedSubnet(rec.persisted);
   if (!subnet) return makeError(ErrorKind::kInternal, "sandbox {} has no subnet", rec.id);
   ASSIGN_OR_RETURN(json secrets, secretBindings(e.value("secrets", json::array())));
   json reg = {{"id", rec.id},
@@ -138,7 +138,7 @@ Result<json> Manager::egressRegistration(const store::SandboxRecord& rec) {
               {"secrets", secrets},
               {"ca", e["ca"]}};
   // The host end of its veth (jail) or tap (vm): the gateway takes the subnet's addresses only from there.
-  if (std::string link = jail::persistedLink(rec.persisted); !link.empty()) reg["link"] = link;
+  if (std::string link = host::persistedLink(rec.persisted); !link.empty()) reg["link"] = link;
   return reg;
 }
 
@@ -207,7 +207,7 @@ Result<json> Manager::getNetwork(const std::string& id) {
   json names = json::array();
   for (const auto& s : e.value("secrets", json::array())) names.push_back(s.value("name", ""));
   out["secrets"] = names;
-  if (auto subnet = jail::persistedSubnet(rec.persisted)) {
+  if (auto subnet = host::persistedSubnet(rec.persisted)) {
     out["subnet"] = subnet->cidr();
     out["gateway"] = subnet->hostText();
     out["address"] = subnet->sandboxText();  // what the gateway's audit lines name as the source

@@ -249,7 +249,7 @@ Status Manager::handOver(Started& started, const std::map<std::string, std::stri
         restored ? agent::Identity::Generation{restored->processes, restored->signal} : agent::Identity::Generation{};
     // Its network too: the guest's side of the tap that spaced made at prepare (a jail's link is made
     // by the host), and the explicit proxy in every process's environment (a jail's is in its init's).
-    if (auto subnet = jail::persistedSubnet(started.record.persisted); subnet && egress_) {
+    if (auto subnet = host::persistedSubnet(started.record.persisted); subnet && egress_) {
       const auto features = started.instance.agent->agentInfo().value("features", nlohmann::json::array());
       if (std::find(features.begin(), features.end(), "net_config") == features.end())
         return makeError(ErrorKind::kUnsupported, "the guest's agent cannot configure a network: its guest was built "
@@ -259,9 +259,9 @@ Status Manager::handOver(Started& started, const std::map<std::string, std::stri
       identity.network.gateway = subnet->hostText();
       identity.network.nameserver = subnet->hostText();
       identity.network.mac = started.record.persisted["net"].value("mac", "");
-      jail::NetworkConfig net_config;
+      host::NetworkConfig net_config;
       net_config.explicit_proxy_port = egress_->ports().explicit_proxy_port;
-      for (auto& [k, v] : jail::proxyEnv(*subnet, net_config)) identity.env.emplace(k, v);
+      for (auto& [k, v] : host::proxyEnv(*subnet, net_config)) identity.env.emplace(k, v);
     }
     TRY(started.instance.agent->setIdentity(identity));
     // Activation changed what the runtime persists (the VM is restored now).

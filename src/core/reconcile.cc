@@ -122,7 +122,7 @@ Status Manager::reconcile() {
     everything.include_pooled = true;
     if (auto left = store_->listSandboxes(everything)) {
       for (const auto& rec : *left)
-        if (auto link = jail::persistedLink(rec.persisted); !link.empty()) keep.insert(link);
+        if (auto link = host::persistedLink(rec.persisted); !link.empty()) keep.insert(link);
       jail->removeUnknownLinks(keep);
     }
   }

@@ -8,7 +8,7 @@
 
 #include "runtime/host/cgroup.h"
 
-namespace space::jail {
+namespace space::host {
 
 namespace {
 
@@ -98,4 +98,4 @@ std::unique_ptr<CgroupBackend> makeCgroupV2(const std::string& root, const std::
   return std::make_unique<CgroupV2>(root, parent);
 }
 
-}  // namespace space::jail
+}  // namespace space::host

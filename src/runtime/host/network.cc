@@ -8,7 +8,7 @@
 #include "common/unique_fd.h"
 #include "net/veth.h"
 
-namespace space::jail {
+namespace space::host {
 
 std::optional<net::SandboxSubnet> persistedSubnet(const nlohmann::json& state) {
   if (!state.contains("net") || !state["net"].is_object() || !state["net"].contains("network")) return std::nullopt;
@@ -89,4 +89,4 @@ void removeUnknownLinks(const std::set<std::string>& keep) {
   }
 }
 
-}  // namespace space::jail
+}  // namespace space::host

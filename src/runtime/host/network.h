@@ -16,7 +16,7 @@
 #include "common/result.h"
 #include "net/address_pool.h"
 
-namespace space::jail {
+namespace space::host {
 
 // Where HTTP(S)_PROXY points inside the sandbox: the host end of its /30, at this port (nftables sends it
 // to space-egress's explicit proxy).
@@ -47,4 +47,4 @@ std::map<std::string, std::string> proxyEnv(const net::SandboxSubnet& subnet, co
 // that no longer exist), deleted.
 void removeUnknownLinks(const std::set<std::string>& keep);
 
-}  // namespace space::jail
+}  // namespace space::host

@@ -19,6 +19,25 @@
 
 namespace space::jail {
 
+// The host resources a jail is made of, shared with the vm tier (runtime/host).
+using host::CgroupBackend;
+using host::CgroupKind;
+using host::CgroupUsage;
+using host::LayerVolume;
+using host::NetworkConfig;
+using host::attachNetwork;
+using host::cloneFile;
+using host::closeLayerVolume;
+using host::detachNetwork;
+using host::ensureVolumeReserve;
+using host::makeCgroupBackend;
+using host::openLayerVolume;
+using host::persistedSubnet;
+using host::proxyEnv;
+using host::releaseVolumeReserve;
+using host::relinkNetwork;
+using host::syncDir;
+
 struct JailConfig {
   std::string state_dir;       // sandboxes live in <state_dir>/sandboxes/<id>
   std::string agent_binary;    // static space-agent

@@ -149,7 +149,7 @@ class VmRuntime : public runtime::Runtime {
   QemuSpec qemuSpecFor(const runtime::SandboxSpec& spec, const std::string& dir) const;
 
  private:
-  VmRuntime(VmConfig config, std::unique_ptr<jail::CgroupBackend> cgroups)
+  VmRuntime(VmConfig config, std::unique_ptr<host::CgroupBackend> cgroups)
       : config_(std::move(config)), cgroups_(std::move(cgroups)) {}
   Status chooseAccel();
   // Takes a verdict: the accelerator (or the tier's unavailability) follows from it and the settings.
@@ -209,7 +209,7 @@ class VmRuntime : public runtime::Runtime {
   std::atomic<pid_t> probe_pid_{0};  // the probe's VMM, killed if the runtime goes first
   std::atomic<bool> stopping_{false};
   uint64_t tsc_khz_ = 0;  // the host's TSC frequency, read once (TCG passes it to every guest)
-  std::unique_ptr<jail::CgroupBackend> cgroups_;
+  std::unique_ptr<host::CgroupBackend> cgroups_;
   std::mutex mu_;
   std::map<std::string, std::unique_ptr<QmpClient>> qmp_;      // by sandbox id
   std::map<std::string, std::shared_ptr<std::mutex>> building_; // template key → build lock

@@ -14,7 +14,7 @@
 
 #include "common/unique_fd.h"
 
-namespace space::jail {
+namespace space::host {
 namespace {
 
 namespace fs = std::filesystem;
@@ -72,4 +72,4 @@ TEST(LayerVolume, MadeOnceClonesShareBlocksAndUnmounts) {
 }
 
 }  // namespace
-}  // namespace space::jail
+}  // namespace space::host
