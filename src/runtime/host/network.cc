@@ -22,6 +22,12 @@ std::string persistedLink(const nlohmann::json& state) {
   return state["net"].value("link", std::string());
 }
 
+std::optional<runtime::SandboxNetwork> persistedNetwork(const nlohmann::json& state) {
+  auto subnet = persistedSubnet(state);
+  if (!subnet) return std::nullopt;
+  return runtime::SandboxNetwork{*subnet, persistedLink(state)};
+}
+
 std::string linkNameFor(const net::SandboxSubnet& subnet) {
   // The /30 index within the IPv4 space: "spc" + at most 8 hex digits.
   return fmt::format("{}{:x}", net::kHostLinkPrefix, subnet.network >> 2);

@@ -15,6 +15,7 @@
 
 #include "common/result.h"
 #include "net/address_pool.h"
+#include "runtime/runtime.h"
 
 namespace space::host {
 
@@ -27,6 +28,8 @@ struct NetworkConfig {
 // {"subnet": "10.200.0.4/30", "network": <u32>, "link": "spc1"} in PersistedInstance::state["net"].
 std::optional<net::SandboxSubnet> persistedSubnet(const nlohmann::json& state);
 std::string persistedLink(const nlohmann::json& state);
+// Both, as the runtime seam names them (none without a subnet).
+std::optional<runtime::SandboxNetwork> persistedNetwork(const nlohmann::json& state);
 
 // Host link name of a subnet: unique per subnet, at most 15 bytes.
 std::string linkNameFor(const net::SandboxSubnet& subnet);

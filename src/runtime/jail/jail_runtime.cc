@@ -344,8 +344,6 @@ Result<Instance> JailRuntime::reattach(const PersistedInstance& inst) {
   return Instance{inst.id, pid, std::move(*agent), inst};
 }
 
-void JailRuntime::removeUnknownLinks(const std::set<std::string>& keep) const { host::removeUnknownLinks(keep); }
-
 Result<runtime::Usage> JailRuntime::usage(const PersistedInstance& inst) {
   ASSIGN_OR_RETURN(CgroupUsage cg, cgroups_->usage(inst.state.value("cgroup", inst.id)));
   runtime::Usage u;

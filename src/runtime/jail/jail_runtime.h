@@ -63,7 +63,8 @@ class JailRuntime : public runtime::Runtime {
   std::string name() const override { return "jail"; }
   // Snapshots hold the filesystem only: processes are not captured (a rollback restarts them).
   runtime::Capabilities capabilities() const override {
-    return {.pause = true, .snapshot_filesystem = true, .snapshot_memory = false, .rollback = true, .fork = true};
+    return {.pause = true, .snapshot_filesystem = true, .snapshot_memory = false, .rollback = true, .fork = true,
+            .networked = networked()};
   }
 
   Result<runtime::Instance> start(const runtime::SandboxSpec& spec) override;
@@ -79,9 +80,15 @@ class JailRuntime : public runtime::Runtime {
   Result<uint64_t> oomKills(const runtime::PersistedInstance& inst) override;
   Result<uint64_t> writeGeneration(const runtime::PersistedInstance& inst) override;
   Result<runtime::Instance> restartInPlace(const runtime::PersistedInstance& inst, uint32_t files_uid_base) override;
-
-  // Start-up reconciliation: deletes sandbox host links not named in keep.
-  void removeUnknownLinks(const std::set<std::string>& keep) const;
+  std::optional<runtime::SandboxNetwork> network(const runtime::PersistedInstance& inst) const override {
+    return host::persistedNetwork(inst.state);
+  }
+  std::string snapshotDirFor(const std::string& snapshot_id) const override;
+  Result<runtime::SnapshotRef> adoptSnapshot(runtime::SnapshotRef ref, const runtime::PersistedInstance& target,
+                                             uint64_t disk_bytes) override;
+  // Sandbox directories, host links, layer images (the VMs' overlays too: the volume is the node's) and
+  // snapshot files that no row names.
+  void forgetUnknown(const runtime::Known& known) override;
   bool networked() const { return config_.network_pool != nullptr; }
 
   CgroupKind cgroupKind() const { return cgroups_->kind(); }
