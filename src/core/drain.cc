@@ -60,9 +60,8 @@ nlohmann::json Manager::releaseIfIdle() {
                             : "the database cannot be read: " + rows.error().message;
     return released;
   }
-  auto note = [&](const char* what, const Status& st) { released[what] = st ? "released" : st.error().message; };
-  note("jail", jail_->releaseNode());
-  if (vm_) note("vm", vm_->releaseNode());
+  auto note = [&](const std::string& what, const Status& st) { released[what] = st ? "released" : st.error().message; };
+  for (runtime::Runtime* rt : runtimes_.all()) note(rt->name(), rt->releaseNode());
   if (egress_) note("egress", egress_->stopGateway());
   return released;
 }

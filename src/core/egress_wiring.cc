@@ -12,7 +12,6 @@
 #include "egress/policy.h"
 #include "egress/secrets.h"
 #include "egress/tls_ca.h"
-#include "runtime/jail/network.h"
 
 namespace space::core {
 namespace {
@@ -85,9 +84,9 @@ Status Manager::checkEgressRequest(const CreateSandbox& cmd, const std::string& 
   if (!egress_)
     return makeError(ErrorKind::kUnsupported, "sandboxes of this node have no network, so network policies and secrets "
                      "cannot apply: {}", egressOffMessage());
-  if (isolation == "vm" && !(vm_ && vm_->networked()))
-    return makeError(ErrorKind::kUnsupported, "the vm tier of this node has no network: egress came up after it, or "
-                     "without the address pool (restart spaced with egress on)");
+  if (!runtimeFor(isolation).capabilities().networked)
+    return makeError(ErrorKind::kUnsupported, "the {} tier of this node has no network: egress came up after it, or "
+                     "without the address pool (restart spaced with egress on)", isolation);
   return ok();
 }
 
@@ -129,16 +128,16 @@ Result<json> Manager::secretBindings(const json& bound) {
 
 Result<json> Manager::egressRegistration(const store::SandboxRecord& rec) {
   const json& e = rec.spec["egress"];
-  auto subnet = jail::persistedSubnet(rec.persisted);
-  if (!subnet) return makeError(ErrorKind::kInternal, "sandbox {} has no subnet", rec.id);
+  auto network = runtimeFor(rec.runtime).network({rec.id, rec.runtime, rec.persisted});
+  if (!network) return makeError(ErrorKind::kInternal, "sandbox {} has no subnet", rec.id);
   ASSIGN_OR_RETURN(json secrets, secretBindings(e.value("secrets", json::array())));
   json reg = {{"id", rec.id},
-              {"sources", json::array({subnet->cidr()})},
+              {"sources", json::array({network->subnet.cidr()})},
               {"policy", e.value("policy", denyAll())},
               {"secrets", secrets},
               {"ca", e["ca"]}};
   // The host end of its veth (jail) or tap (vm): the gateway takes the subnet's addresses only from there.
-  if (std::string link = jail::persistedLink(rec.persisted); !link.empty()) reg["link"] = link;
+  if (!network->link.empty()) reg["link"] = network->link;
   return reg;
 }
 
@@ -209,10 +208,10 @@ Result<json> Manager::getNetwork(const std::string& id) {
   json names = json::array();
   for (const auto& s : e.value("secrets", json::array())) names.push_back(s.value("name", ""));
   out["secrets"] = names;
-  if (auto subnet = jail::persistedSubnet(rec.persisted)) {
-    out["subnet"] = subnet->cidr();
-    out["gateway"] = subnet->hostText();
-    out["address"] = subnet->sandboxText();  // what the gateway's audit lines name as the source
+  if (auto network = runtimeFor(rec.runtime).network({rec.id, rec.runtime, rec.persisted})) {
+    out["subnet"] = network->subnet.cidr();
+    out["gateway"] = network->subnet.hostText();
+    out["address"] = network->subnet.sandboxText();  // what the gateway's audit lines name as the source
   }
   return out;
 }

@@ -7,11 +7,9 @@
 
 #include <spdlog/spdlog.h>
 
-#include "common/hex.h"
 #include "common/ids.h"
-#include "core/manager_factory.h"
+#include "core/file_table.h"
 #include "core/ttl.h"
-#include "runtime/jail/network.h"
 
 namespace space::core {
 namespace {
@@ -20,14 +18,11 @@ constexpr uint64_t kMiB = 1ull << 20;
 
 }  // namespace
 
-Manager::Manager(DaemonConfig config, std::unique_ptr<store::Store> store, std::unique_ptr<runtime::Runtime> jail,
-                 std::unique_ptr<vm::VmRuntime> vm, std::string vm_unavailable,
+Manager::Manager(DaemonConfig config, std::unique_ptr<store::Store> store, runtime::Registry runtimes,
                  std::unique_ptr<store::TemplateBuilder> templates)
     : config_(std::move(config)),
       store_(std::move(store)),
-      jail_(std::move(jail)),
-      vm_(std::move(vm)),
-      vm_unavailable_(std::move(vm_unavailable)),
+      runtimes_(std::move(runtimes)),
       templates_(std::move(templates)) {}
 
 Manager::~Manager() {
@@ -44,47 +39,37 @@ Manager::~Manager() {
   // Live sandboxes keep running: the next spaced reattaches to them.
 }
 
-runtime::Runtime& Manager::runtimeFor(const std::string& name) {
-  if (name == "vm" && vm_) return *vm_;
-  return *jail_;
+// Rows of a tier this node does not run (any more) go to the default tier, which cleans what it can.
+runtime::Runtime& Manager::runtimeFor(const std::string& name) const {
+  runtime::Runtime* rt = runtimes_.find(name);
+  return rt ? *rt : *runtimes_.all().front();
+}
+
+Result<runtime::Runtime*> Manager::availableTier(const std::string& name) const {
+  std::string why = runtimes_.unavailableReason(name);
+  if (!why.empty()) return makeError(ErrorKind::kUnavailable, "the {} tier is not available on this node: {}", name, why);
+  return runtimes_.find(name);
 }
 
 Result<std::string> Manager::resolveIsolation(const std::string& requested) const {
   if (requested != "auto" && requested != "jail" && requested != "vm")
     return makeError(ErrorKind::kInvalidArgument, "isolation must be jail, vm or auto, not '{}'", requested);
-  if (requested == "jail") return std::string("jail");
-  if (requested == "vm") {
-    if (!vm_) return makeError(ErrorKind::kUnavailable, "the vm tier is not available on this node: {}", vm_unavailable_);
-    if (std::string why = vm_->unavailableReason(); !why.empty())
-      return makeError(ErrorKind::kUnavailable, "the vm tier is not available on this node: {}", why);
-    return std::string("vm");  // while KVM is being probed, the create waits for the verdict
+  if (requested != "auto") {
+    // While a tier still finds out whether it can run (a KVM probe), the create waits for the verdict.
+    ASSIGN_OR_RETURN(runtime::Runtime * rt, availableTier(requested));
+    return rt->name();
   }
   // auto: a VM only where KVM is proven; emulation is there to be asked for, and a probe still running
   // is not a proof.
-  return std::string(vm_ && vm_->accelIfDecided() == vm::Accel::kKvm ? "vm" : "jail");
+  for (runtime::Runtime* rt : runtimes_.all())
+    if (rt->capabilities().accelerated) return rt->name();
+  return runtimes_.all().front()->name();
 }
 
 nlohmann::json Manager::isolationInfo() {
-  nlohmann::json vm = {{"available", vm_ != nullptr}};
-  if (vm_) {
-    vm::KvmVerdict kvm = vm_->kvm();
-    std::string why = vm_->unavailableReason();
-    if (!why.empty()) {
-      vm["available"] = false;
-      vm["reason"] = why;
-    } else if (auto accel = vm_->accelIfDecided()) {
-      vm["accel"] = *accel == vm::Accel::kKvm ? "kvm" : "tcg";
-    }
-    vm["kvm"] = kvm.toJson();
-    vm["capabilities"] = vm_->capabilities().toJson();
-  } else {
-    vm["reason"] = vm_unavailable_;
-    // What the host offers all the same, for the operator who builds the guest next.
-    if (auto pre = vm::kvmPreflight()) vm["kvm"] = pre->toJson();
-  }
-  return {{"jail", {{"available", true}, {"capabilities", jail_->capabilities().toJson()}}},
-          {"vm", vm},
-          {"auto", resolveIsolation("auto").value_or("jail")}};
+  nlohmann::json info = runtimes_.describe();
+  info["auto"] = resolveIsolation("auto").value_or("jail");
+  return info;
 }
 
 nlohmann::json Manager::egressInfo() const {
@@ -122,7 +107,7 @@ Result<runtime::Limits> Manager::resolveLimits(const CreateSandbox& cmd, const s
       return makeError(ErrorKind::kInvalidArgument, "pids must be between 8 and 4194304");
     limits.pids = *cmd.pids;
     // Every process may hold nofile descriptors: a sandbox's share of the host's file table (J26).
-    uint64_t file_max = isolation == "vm" ? 0 : hostFileMax();  // a guest's files are its own kernel's
+    uint64_t file_max = runtimeFor(isolation).capabilities().own_kernel ? 0 : hostFileMax();  // a guest's files are its own kernel's
     if (file_max > kHostFileReserve) {
       uint64_t share = (file_max - kHostFileReserve) / static_cast<uint64_t>(std::max(config_.max_sandboxes, 1));
       if (uint64_t{limits.pids} * limits.nofile > share)
@@ -190,7 +175,7 @@ Result<Manager::Started> Manager::startSandbox(const store::TemplateRecord& tpl,
   spec.env = env;
   spec.pooled = pooled;
   runtime::Runtime& rt = runtimeFor(isolation);
-  auto inst = from ? rt.restore(*from, spec) : cold_boot && vm_ ? vm_->bootCold(spec) : rt.prepare(spec);
+  auto inst = from ? rt.restore(*from, spec) : cold_boot ? rt.coldStart(spec) : rt.prepare(spec);
   if (!inst) {
     Error err = inst.error();
     (void)rt.destroy(runtime::PersistedInstance{rec.id, rec.runtime, rec.persisted});
@@ -198,11 +183,11 @@ Result<Manager::Started> Manager::startSandbox(const store::TemplateRecord& tpl,
     return tl::unexpected(err.context("start sandbox " + rec.id));
   }
   rec.persisted = inst->persisted.state;
-  if (egress_ && rec.persisted.contains("net")) {
+  if (egress_ && rt.network(inst->persisted)) {
     // The CA goes into the trust store through the agent: a VM fresh from prepare is restored first
     // (no code of the request runs before its identity either way), a pooled one runs again meanwhile.
     auto attached = [&]() -> Status {
-      bool parked = inst->persisted.state.value("parked", false);
+      bool parked = rt.parked(inst->persisted);
       if (!inst->agent) TRY(rt.activate(*inst));
       if (parked) TRY(rt.resume(*inst));
       TRY(attachEgress(rec, *inst));
@@ -231,47 +216,14 @@ Status Manager::handOver(Started& started, const std::map<std::string, std::stri
                          const AfterRestore* restored) {
   runtime::Runtime& rt = runtimeFor(started.record.runtime);
   TRY(rt.activate(started.instance));
-  if (started.record.runtime == "vm") {
-    // A VM restored from a template is a copy of the warm-up VM: it gets its own hostname, RNG state,
-    // clock and machine id before anyone may run code in it (SECURITY.md V4).
-    std::random_device rd;
-    unsigned char seed[32], machine[16];
-    for (auto& c : seed) c = static_cast<unsigned char>(rd());
-    for (auto& c : machine) c = static_cast<unsigned char>(rd());
-    agent::Identity identity;
-    identity.hostname = started.record.id;
-    identity.env = env;
-    identity.rng_seed_hex = toHex(seed, sizeof seed);
-    identity.machine_id = toHex(machine, sizeof machine);
-    identity.clock_unix_ms = nowUnixMs();
-    // A new generation: from the template nothing but the agent runs; a fork child runs the parent's
-    // processes, which get what the fork asked for.
-    identity.generation =
-        restored ? agent::Identity::Generation{restored->processes, restored->signal} : agent::Identity::Generation{};
-    // Its network too: the guest's side of the tap that spaced made at prepare (a jail's link is made
-    // by the host), and the explicit proxy in every process's environment (a jail's is in its init's).
-    if (auto subnet = jail::persistedSubnet(started.record.persisted); subnet && egress_) {
-      const auto features = started.instance.agent->agentInfo().value("features", nlohmann::json::array());
-      if (std::find(features.begin(), features.end(), "net_config") == features.end())
-        return makeError(ErrorKind::kUnsupported, "the guest's agent cannot configure a network: its guest was built "
-                         "before the vm tier had one (rebuild it with scripts/vm/build-guest)");
-      identity.network.address = subnet->sandboxText();
-      identity.network.prefix = net::SandboxSubnet::kPrefix;
-      identity.network.gateway = subnet->hostText();
-      identity.network.nameserver = subnet->hostText();
-      identity.network.mac = started.record.persisted["net"].value("mac", "");
-      jail::NetworkConfig net_config;
-      net_config.explicit_proxy_port = egress_->ports().explicit_proxy_port;
-      for (auto& [k, v] : jail::proxyEnv(*subnet, net_config)) identity.env.emplace(k, v);
-    }
-    TRY(started.instance.agent->setIdentity(identity));
-    // Activation changed what the runtime persists (the VM is restored now).
-    started.record.persisted = started.instance.persisted.state;
-  } else if (!env.empty()) {
-    agent::Identity identity;
-    identity.env = env;
-    TRY(started.instance.agent->setIdentity(identity));
-  }
+  runtime::HandOver h;
+  h.hostname = started.record.id;
+  h.env = env;
+  if (restored) h.restored = agent::Identity::Generation{restored->processes, restored->signal};
+  if (egress_) h.explicit_proxy_port = egress_->ports().explicit_proxy_port;
+  TRY(rt.handOver(started.instance, h));
+  // Activation may change what the runtime persists (a VM is restored now).
+  started.record.persisted = started.instance.persisted.state;
   return ok();
 }
 
@@ -282,7 +234,7 @@ Result<SandboxView> Manager::create(const CreateSandbox& cmd) {
   if (cmd.ttl_s < 0 || cmd.ttl_s > config_.max_ttl_s)
     return makeError(ErrorKind::kInvalidArgument, "ttl must be between 0 and {} seconds", config_.max_ttl_s);
   ASSIGN_OR_RETURN(runtime::Limits limits, resolveLimits(cmd, isolation));
-  if (cmd.cold_boot && isolation != "vm")
+  if (cmd.cold_boot && !runtimeFor(isolation).capabilities().cold_boot)
     return makeError(ErrorKind::kInvalidArgument, "cold_boot applies to the vm tier only");
   TRY(checkEgressRequest(cmd, isolation));
   auto tpl = store_->getTemplate(template_name);
@@ -505,16 +457,17 @@ Result<store::TemplateRecord> Manager::buildTemplate(const BuildTemplate& cmd, c
 Result<std::vector<store::TemplateRecord>> Manager::listTemplates() { return store_->listTemplates(); }
 
 Result<nlohmann::json> Manager::warmTemplate(const std::string& name) {
-  if (!vm_) return makeError(ErrorKind::kUnavailable, "the vm tier is not available on this node: {}", vm_unavailable_);
+  ASSIGN_OR_RETURN(runtime::Runtime * vm, availableTier("vm"));
   ASSIGN_OR_RETURN(store::TemplateRecord tpl, store_->getTemplate(name));
   store::SandboxRecord rec;
   rec.id = "warm";
   runtime::SandboxSpec spec = specFor(rec, tpl, defaultLimits("vm"));
   auto t0 = std::chrono::steady_clock::now();
-  ASSIGN_OR_RETURN(vm::VmTemplate vt, vm_->ensureTemplate(spec));
+  ASSIGN_OR_RETURN(nlohmann::json warmed, vm->warmTemplate(spec));
   auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - t0).count();
-  return nlohmann::json{{"template", name},     {"dir", vt.dir},          {"memory_mib", vt.memory_mib},
-                        {"vcpus", vt.vcpus},    {"base_image", vt.base_image}, {"elapsed_ms", ms}};
+  warmed["template"] = name;
+  warmed["elapsed_ms"] = ms;
+  return warmed;
 }
 
 Status Manager::removeTemplate(const std::string& name) {

@@ -17,8 +17,8 @@
 #include "core/lifecycle.h"
 #include "core/retention.h"
 #include "core/manager.h"
+#include "runtime/registry.h"
 #include "runtime/runtime.h"
-#include "runtime/vm/vm_runtime.h"
 #include "store/secret_box.h"
 #include "store/store.h"
 #include "store/templates.h"
@@ -39,9 +39,10 @@ struct Counters {
 
 class Manager final : public SandboxManager {
  public:
-  // vm may be null: vm_unavailable then says why the node has no vm tier.
-  Manager(DaemonConfig config, std::unique_ptr<store::Store> store, std::unique_ptr<runtime::Runtime> jail,
-          std::unique_ptr<vm::VmRuntime> vm, std::string vm_unavailable, std::unique_ptr<store::TemplateBuilder> templates);
+  // runtimes: the node's tiers, the default one ("jail", always run) first; a tier the node cannot run
+  // is there with the reason.
+  Manager(DaemonConfig config, std::unique_ptr<store::Store> store, runtime::Registry runtimes,
+          std::unique_ptr<store::TemplateBuilder> templates);
   ~Manager() override;
 
   // The egress gateway (null: off). Before startBackground().
@@ -119,7 +120,9 @@ class Manager final : public SandboxManager {
   // Completes a prepared sandbox and gives it its identity (hostname, RNG seed, clock, machine id, env).
   Status handOver(Started& started, const std::map<std::string, std::string>& env, const AfterRestore* restored);
   Status destroyRecord(store::SandboxRecord record);
-  runtime::Runtime& runtimeFor(const std::string& name);
+  runtime::Runtime& runtimeFor(const std::string& name) const;
+  // The tier `name` when this node can run sandboxes on it, else why not.
+  Result<runtime::Runtime*> availableTier(const std::string& name) const;
   SandboxView viewOf(const store::SandboxRecord& record, bool with_usage);
   // The live instance of a record (connection and all), or one rebuilt from its persisted state.
   runtime::Instance instanceOf(const store::SandboxRecord& rec);
@@ -132,7 +135,7 @@ class Manager final : public SandboxManager {
   std::vector<std::string> poolKeys() const;
   // Pools are per template and tier: "<template>" for jails, "vm:<template>" for VMs.
   static std::string poolKey(const std::string& isolation, const std::string& template_name) {
-    return isolation == "vm" ? "vm:" + template_name : template_name;
+    return isolation == "jail" ? template_name : isolation + ":" + template_name;
   }
   runtime::SandboxSpec specFor(const store::SandboxRecord& rec, const store::TemplateRecord& tpl,
                                const runtime::Limits& limits) const;
@@ -158,7 +161,6 @@ class Manager final : public SandboxManager {
                                              const std::string& origin) SPACE_REQUIRES(snapshot_mu_);
   static runtime::SnapshotRef refOf(const store::SnapshotRecord& s) { return {s.id, s.path, s.kind, s.size_bytes}; }
   void deleteSnapshotsOf(const std::string& sandbox_id);
-  void removeOrphanSnapshots();
   // A rollback a dead spaced left half-done: the sandbox starts again on its current layer.
   Result<runtime::Instance> finishRollback(store::SandboxRecord& rec);
   // Children of forks a dead spaced left half-done.
@@ -179,6 +181,8 @@ class Manager final : public SandboxManager {
 
   // Reconciliation and reaping (reconcile.cc)
   Status reconcile();
+  // What the runtimes made for sandboxes and snapshots that no row names (known_ids: every row at start).
+  void forgetUnknown(const std::set<std::string>& known_ids);
   // Why a pooled sandbox left by an earlier spaced no longer fits this one's configuration (empty: it
   // fits): made with or without a network where egress is now the other way, or with other default limits.
   std::string poolMismatch(const store::SandboxRecord& rec) const;
@@ -189,9 +193,7 @@ class Manager final : public SandboxManager {
 
   DaemonConfig config_;
   std::unique_ptr<store::Store> store_;
-  std::unique_ptr<runtime::Runtime> jail_;
-  std::unique_ptr<vm::VmRuntime> vm_;
-  std::string vm_unavailable_;
+  runtime::Registry runtimes_;
   std::unique_ptr<store::TemplateBuilder> templates_;
   std::unique_ptr<EgressSupervisor> egress_;
   std::string egress_off_reason_;

@@ -33,7 +33,7 @@ class StoredKeyKek final : public archive::Kek {
 };
 
 
-class KekMemorySealer : public vm::MemorySealer {
+class KekMemorySealer : public runtime::MemorySealer {
  public:
   KekMemorySealer(std::string kek_spec, std::string keys_dir, std::string tenant)
       : kek_spec_(std::move(kek_spec)), keys_dir_(std::move(keys_dir)), tenant_(std::move(tenant)) {}
@@ -73,7 +73,7 @@ std::unique_ptr<archive::Kek> kekOpening(const std::string& archive_path, std::u
   return std::make_unique<StoredKeyKek>(info->kek_ids.front(), std::move(*stored));
 }
 
-std::shared_ptr<vm::MemorySealer> makeMemorySealer(const std::string& kek_spec, const std::string& keys_dir,
+std::shared_ptr<runtime::MemorySealer> makeMemorySealer(const std::string& kek_spec, const std::string& keys_dir,
                                                   const std::string& tenant) {
   if (kek_spec.empty()) return nullptr;
   return std::make_shared<KekMemorySealer>(kek_spec, keys_dir, tenant);

@@ -8,13 +8,13 @@
 
 #include "archive/kek.h"
 #include "common/result.h"
-#include "runtime/vm/vm_runtime.h"
+#include "runtime/memory_sealer.h"
 
 namespace space::core {
 
 // Null when kek_spec is empty (no key configured). The KEK is resolved on each use, so a key file or
 // command that changes (rotation) is followed.
-std::shared_ptr<vm::MemorySealer> makeMemorySealer(const std::string& kek_spec, const std::string& keys_dir,
+std::shared_ptr<runtime::MemorySealer> makeMemorySealer(const std::string& kek_spec, const std::string& keys_dir,
                                                   const std::string& tenant);
 
 // The KEK that opens an archive or sealed file: `current`, or — when the file names only KEKs rotated away

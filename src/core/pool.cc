@@ -16,7 +16,7 @@ constexpr int64_t kRefillQuietMs = 100;
 
 std::vector<std::string> Manager::pooledTemplateNames() const {
   std::vector<std::string> names;
-  if (config_.pool_size <= 0 && (!vm_ || config_.vm_pool_size <= 0)) return names;
+  if (config_.pool_size <= 0 && (!runtimes_.find("vm") || config_.vm_pool_size <= 0)) return names;
   if (config_.pool_templates.empty()) {
     names.push_back(config_.default_template);
     return names;
@@ -32,7 +32,7 @@ std::vector<std::string> Manager::poolKeys() const {
   std::vector<std::string> keys;
   for (const auto& name : pooledTemplateNames()) {
     if (config_.pool_size > 0) keys.push_back(poolKey("jail", name));
-    if (vm_ && config_.vm_pool_size > 0) keys.push_back(poolKey("vm", name));
+    if (runtimes_.find("vm") && config_.vm_pool_size > 0) keys.push_back(poolKey("vm", name));
   }
   return keys;
 }
@@ -86,13 +86,12 @@ void Manager::fillPoolLoop() {
       if (stopping_ || draining_) return;
       auto tpl = store_->getTemplate(name);
       if (!tpl) continue;  // not built yet; buildTemplate wakes us
-      if (vm) {
-        // Warming a template boots a VM (seconds under emulation): the pool waits until a vm create or
-        // `space template warm` has made it, and never does it behind the operator's back.
-        store::SandboxRecord probe;
-        if (!vm_->hasTemplate(specFor(probe, *tpl, defaultLimits("vm")))) continue;
-      }
-      auto started = startSandbox(*tpl, defaultLimits(vm ? "vm" : "jail"), {}, /*pooled=*/true, vm ? "vm" : "jail");
+      std::string tier = vm ? "vm" : "jail";
+      // Warming a template boots a VM (seconds under emulation): the pool waits until a vm create or
+      // `space template warm` has made it, and never does it behind the operator's back.
+      store::SandboxRecord probe;
+      if (!runtimeFor(tier).templateReady(specFor(probe, *tpl, defaultLimits(tier)))) continue;
+      auto started = startSandbox(*tpl, defaultLimits(tier), {}, /*pooled=*/true, tier);
       if (!started) {
         spdlog::warn("pool: start sandbox for {}: {}", key, started.error().message);
         continue;

@@ -1,7 +1,5 @@
 // Start-up reconciliation (the database against what really exists in the kernel) and the reaper
 // (TTL expiry, sandboxes whose agent died).
-#include <dirent.h>
-
 #include <filesystem>
 
 #include <spdlog/spdlog.h>
@@ -9,13 +7,13 @@
 #include "common/ids.h"
 #include "core/manager_impl.h"
 #include "core/ttl.h"
-#include "runtime/jail/jail_runtime.h"
 
 namespace space::core {
 
 std::string Manager::poolMismatch(const store::SandboxRecord& rec) const {
-  bool networked = rec.persisted.contains("net");
-  bool want = egress_ != nullptr && (rec.runtime != "vm" || (vm_ && vm_->networked()));
+  runtime::Runtime* rt = runtimes_.find(rec.runtime);
+  bool networked = runtimeFor(rec.runtime).network({rec.id, rec.runtime, rec.persisted}).has_value();
+  bool want = egress_ != nullptr && rt && rt->capabilities().networked;
   if (networked != want)
     return networked ? "it has a network and egress is now off" : "it has no network and egress is now on";
   const nlohmann::json& l = rec.spec.value("limits", nlohmann::json::object());
@@ -39,7 +37,7 @@ Status Manager::reconcile() {
       // may have been frozen, or its VM stopped, by a snapshot when spaced died), then pause the paused
       // ones again. A pooled VM stays parked (stopped until a create takes it).
       bool paused = rec.state == SandboxState::kPaused;
-      bool parked = rec.pooled && rec.persisted.value("parked", false);
+      bool parked = rec.pooled && runtimeFor(rec.runtime).parked(persisted);
       if (rec.pooled) {
         if (std::string why = poolMismatch(rec); !why.empty()) {
           spdlog::info("reconcile: recycling pooled sandbox {}: {}", rec.id, why);
@@ -102,42 +100,8 @@ Status Manager::reconcile() {
       (void)store_->deleteSandbox(rec.id);
     }
   }
-  // Directories no row knows about (a crash between mkdir and insert cannot happen, but a lost database
-  // or a manual edit can): clean them with everything they own.
-  std::string dir = config_.state_dir + "/sandboxes";
-  if (DIR* d = opendir(dir.c_str())) {
-    while (dirent* e = readdir(d)) {
-      std::string name = e->d_name;
-      if (!isValidSandboxId(name) || known.count(name)) continue;
-      spdlog::warn("reconcile: removing orphaned sandbox directory {}", name);
-      (void)jail_->destroy(runtime::PersistedInstance{name, "jail", {{"dir", dir + "/" + name}}});
-    }
-    closedir(d);
-  }
-  // Sandbox links of sandboxes that no longer exist (a crash between link and row update, a lost row).
-  if (auto* jail = dynamic_cast<jail::JailRuntime*>(jail_.get()); jail && jail->networked()) {
-    std::set<std::string> keep;
-    store::SandboxFilter everything;
-    everything.include_pooled = true;
-    if (auto left = store_->listSandboxes(everything)) {
-      for (const auto& rec : *left)
-        if (auto link = jail::persistedLink(rec.persisted); !link.empty()) keep.insert(link);
-      jail->removeUnknownLinks(keep);
-    }
-  }
-  // Layer images no row knows about (a crash between clone and row), and snapshot files without a row.
-  if (auto* jail = dynamic_cast<jail::JailRuntime*>(jail_.get())) {
-    std::error_code ec;
-    for (const auto& entry : std::filesystem::directory_iterator(jail->volume().layersDir(), ec)) {
-      // .img: a jail's writable layer; .qcow2: a VM's disk overlay; .next: a rollback's unfinished clone.
-      auto ext = entry.path().extension();
-      if ((ext != ".img" && ext != ".qcow2") || known.count(entry.path().stem().string())) continue;
-      spdlog::warn("reconcile: removing layer image {} of no sandbox", entry.path().string());
-      std::filesystem::remove(entry.path(), ec);
-    }
-  }
   removeInterruptedForks();
-  removeOrphanSnapshots();
+  forgetUnknown(known);
   // Uploads and exports a previous spaced was streaming when it stopped.
   {
     std::error_code ec;
@@ -145,6 +109,22 @@ Status Manager::reconcile() {
   }
   resyncEgress();
   return ok();
+}
+
+void Manager::forgetUnknown(const std::set<std::string>& known_ids) {
+  runtime::Known known;
+  known.sandboxes = known_ids;
+  store::SandboxFilter everything;
+  everything.include_pooled = true;
+  auto left = store_->listSandboxes(everything);
+  auto snapshots = store_->listSnapshots("");
+  // Unreadable rows: nothing is removed rather than everything.
+  if (!left || !snapshots) return;
+  for (const auto& rec : *left)
+    if (auto network = runtimeFor(rec.runtime).network({rec.id, rec.runtime, rec.persisted}); network && !network->link.empty())
+      known.links.insert(network->link);
+  for (const auto& s : *snapshots) known.snapshots.insert(std::filesystem::path(s.path).filename().string());
+  for (runtime::Runtime* rt : runtimes_.all()) rt->forgetUnknown(known);
 }
 
 void Manager::reapOnce() {

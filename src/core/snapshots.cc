@@ -7,13 +7,11 @@
 #include <atomic>
 #include <filesystem>
 #include <fstream>
-#include <random>
 #include <thread>
 
 #include <spdlog/spdlog.h>
 
 #include "common/defer.h"
-#include "common/hex.h"
 #include "common/ids.h"
 #include "archive/archive.h"
 #include "archive/kek.h"
@@ -22,7 +20,6 @@
 #include "core/memory_sealer.h"
 #include "core/retention.h"
 #include "core/ttl.h"
-#include "runtime/jail/jail_runtime.h"
 
 namespace space::core {
 namespace {
@@ -41,20 +38,6 @@ Status checkSnapshotName(const std::string& name) {
 
 }  // namespace
 
-// A VM resumed from a snapshot continues the snapshot's memory: its clock is the snapshot's, and its RNG
-// would repeat what it produced after the snapshot the first time. Both are renewed before anything runs,
-// and the hostname is the sandbox's (an imported snapshot comes from another sandbox). The kernel's RNG
-// is all the seed reaches: the processes' own generators are told by the new generation (SECURITY.md V9).
-static void renewGuestIdentity(agent::Identity& identity, const std::string& sandbox_id, const AfterRestore& after) {
-  std::random_device rd;
-  unsigned char seed[32];
-  for (auto& c : seed) c = static_cast<unsigned char>(rd());
-  identity.rng_seed_hex = toHex(seed, sizeof seed);
-  identity.clock_unix_ms = nowUnixMs();
-  identity.hostname = sandbox_id;
-  identity.generation = agent::Identity::Generation{after.processes, after.signal};
-}
-
 // Kept in the row while a rollback runs, so that one finished at the next start does what was asked.
 static nlohmann::json afterRestoreJson(const AfterRestore& after) {
   return {{"processes", after.processes}, {"signal", after.signal}};
@@ -62,9 +45,9 @@ static nlohmann::json afterRestoreJson(const AfterRestore& after) {
 
 // A guest whose agent predates generations cannot tell its processes about the restore. The restored
 // memory runs the same agent as the live VM, so the question is asked before anything changes.
-static Status checkGenerations(const store::SandboxRecord& rec, const runtime::Instance& inst,
-                               const AfterRestore& after) {
-  if (rec.runtime != "vm" || after.processes == "none" || !inst.agent) return ok();
+static Status checkGenerations(const store::SandboxRecord& rec, const runtime::Runtime& rt,
+                               const runtime::Instance& inst, const AfterRestore& after) {
+  if (!rt.capabilities().snapshot_memory || after.processes == "none" || !inst.agent) return ok();
   const auto features = inst.agent->agentInfo().value("features", nlohmann::json::array());
   if (std::find(features.begin(), features.end(), "generation") != features.end()) return ok();
   return makeError(ErrorKind::kUnsupported,
@@ -72,6 +55,16 @@ static Status checkGenerations(const store::SandboxRecord& rec, const runtime::I
                    "restore brings back (built before generations): rebuild the guest with scripts/vm/build-guest, "
                    "or ask for on_restore \"none\"",
                    rec.id);
+}
+
+// What a sandbox put back at a snapshot in place is told (its runtime renews what else it needs).
+static runtime::HandOver renewal(const std::string& sandbox_id, const std::map<std::string, std::string>& env,
+                                 const AfterRestore& after) {
+  runtime::HandOver h;
+  h.hostname = sandbox_id;
+  h.env = env;
+  h.restored = agent::Identity::Generation{after.processes, after.signal};
+  return h;
 }
 
 static AfterRestore afterRestoreFrom(const nlohmann::json& spec) {
@@ -196,27 +189,6 @@ void Manager::deleteSnapshotsOf(const std::string& sandbox_id) {
   }
 }
 
-void Manager::removeOrphanSnapshots() {
-  auto* jail = dynamic_cast<jail::JailRuntime*>(jail_.get());
-  if (!jail) return;
-  auto rows = store_->listSnapshots("");
-  if (!rows) return;
-  std::set<std::string> known;
-  for (const auto& s : *rows) known.insert(std::filesystem::path(s.path).filename().string());
-  std::error_code ec;
-  for (const auto& entry : std::filesystem::directory_iterator(jail->volume().snapshotsDir(), ec)) {
-    std::string name = entry.path().filename().string();
-    if (known.count(name)) continue;
-    // An interrupted snapshot (<id>.tmp, or renamed before its row) or import (.<id>.import-*).
-    spdlog::warn("reconcile: removing snapshot files {} that no snapshot row names", name);
-    std::filesystem::remove_all(entry.path(), ec);
-  }
-  // Clones made for a rollback that never finished.
-  for (const auto& entry : std::filesystem::directory_iterator(jail->volume().layersDir(), ec)) {
-    if (entry.path().extension() == ".next") std::filesystem::remove(entry.path(), ec);
-  }
-}
-
 void Manager::keepHistory(store::SandboxRecord& rec, int64_t now) {
   if (!rec.spec.contains("history")) return;
   auto policy = HistoryPolicy::parse(rec.spec["history"]);
@@ -320,7 +292,7 @@ Result<SandboxView> Manager::rollback(const std::string& id, const std::string& 
       env.emplace(b["name"].get<std::string>(), b["placeholder"].get<std::string>());
   }
   runtime::Instance inst = instanceOf(rec);
-  TRY(checkGenerations(rec, inst, after));
+  TRY(checkGenerations(rec, rt, inst, after));
   // Written before any process stops: a spaced killed in the middle finishes the rollback at its next
   // start (finishRollback) instead of finding the sandbox dead.
   rec.pending = {PendingOp::kRollingBack, nowUnixMs(), snap.id, afterRestoreJson(after)};
@@ -351,12 +323,7 @@ Result<SandboxView> Manager::rollback(const std::string& id, const std::string& 
     }
     return tl::unexpected(next.error().context("rollback " + id));
   }
-  if (!env.empty() || rec.runtime == "vm") {
-    agent::Identity identity;
-    identity.env = env;
-    if (rec.runtime == "vm") renewGuestIdentity(identity, rec.id, after);
-    TRY(next->agent->setIdentity(identity));
-  }
+  TRY(rt.renewIdentity(*next, renewal(rec.id, env, after)));
   rec.persisted = next->persisted.state;
   enter(rec, restored);
   rec.pending = {};
@@ -388,27 +355,16 @@ Result<runtime::Instance> Manager::finishRollback(store::SandboxRecord& rec) {
     if (meta.is_object()) files_uid = meta.value("uid_base", 0u);
   }
   runtime::Runtime& rt = runtimeFor(rec.runtime);
-  runtime::Instance inst;
-  if (rec.runtime == "vm") {
-    // A VM's rollback is a restore from the snapshot again (its old VMM, if any is left, is replaced).
-    ASSIGN_OR_RETURN(store::SnapshotRecord snap, store_->getSnapshot(snap_id));
-    runtime::Instance old = instanceOf(rec);
-    ASSIGN_OR_RETURN(inst, rt.rollback(old, refOf(snap)));
-  } else {
-    ASSIGN_OR_RETURN(inst, rt.restartInPlace({rec.id, rec.runtime, rec.persisted}, files_uid));
-  }
+  runtime::Instance old = instanceOf(rec);
+  Result<runtime::SnapshotRef> snap = store_->getSnapshot(snap_id).map(refOf);
+  ASSIGN_OR_RETURN(runtime::Instance inst, rt.finishRollback(old, snap, files_uid));
   ASSIGN_OR_RETURN(auto env, userEnv(rec));
   // The secrets' placeholders come from the row; the CA variables only from a running space-egress
   // (re-registered by resyncEgress after reconciliation).
   if (rec.spec.contains("egress"))
     for (const auto& b : rec.spec["egress"].value("secrets", nlohmann::json::array()))
       env.emplace(b["name"].get<std::string>(), b["placeholder"].get<std::string>());
-  if (!env.empty() || rec.runtime == "vm") {
-    agent::Identity identity;
-    identity.env = env;
-    if (rec.runtime == "vm") renewGuestIdentity(identity, rec.id, afterRestoreFrom(rec.pending.after_restore));
-    TRY(inst.agent->setIdentity(identity));
-  }
+  TRY(rt.renewIdentity(inst, renewal(rec.id, env, afterRestoreFrom(rec.pending.after_restore))));
   rec.persisted = inst.persisted.state;
   rec.pending = {};
   enter(rec, restored);
@@ -452,7 +408,7 @@ Result<ForkResult> Manager::fork(const ForkSandbox& cmd) {
   }
   if (cmd.ttl_s && (*cmd.ttl_s < 0 || *cmd.ttl_s > config_.max_ttl_s))
     return makeError(ErrorKind::kInvalidArgument, "ttl must be between 0 and {} seconds", config_.max_ttl_s);
-  TRY(checkGenerations(rec, instanceOf(rec), cmd.after_restore));
+  TRY(checkGenerations(rec, runtimeFor(rec.runtime), instanceOf(rec), cmd.after_restore));
   ForkResult out;
   if (cmd.snapshot.empty()) {
     ASSIGN_OR_RETURN(out.snapshot, takeSnapshot(rec, "", "fork"));
@@ -590,72 +546,29 @@ Result<store::SnapshotRecord> Manager::importSnapshot(const std::string& id, con
   std::lock_guard op(snapshot_mu_);
   ASSIGN_OR_RETURN(store::SandboxRecord rec, store_->getSandbox(id));
   if (rec.pooled) return notFoundError("sandbox", "sandbox {} not found", id);
-  auto* jail = dynamic_cast<jail::JailRuntime*>(jail_.get());
-  if (!jail || (rec.runtime != "jail" && !(rec.runtime == "vm" && vm_)))
+  store::SnapshotRecord s;
+  s.id = "snap-" + randomHex(8);
+  runtime::Runtime* rt = runtimes_.find(rec.runtime);
+  s.path = rt ? rt->snapshotDirFor(s.id) : "";
+  if (s.path.empty())
     return makeError(ErrorKind::kUnsupported, "snapshots of the {} runtime are not supported", rec.runtime);
   ASSIGN_OR_RETURN(std::unique_ptr<archive::Kek> kek, archive::kekFromSpec(config_.snapshot_kek));
   // An archive exported before a key rotation names the old KEK only: the tenant's stored data key opens it.
   kek = kekOpening(archive_path, std::move(kek), config_.state_dir + "/keys");
-  store::SnapshotRecord s;
-  s.id = "snap-" + randomHex(8);
-  s.path = jail->volume().snapshotsDir() + "/" + s.id;
   archive::ImportOptions options;
   options.chunk_store_dir = config_.state_dir + "/chunks";
   auto imported = archive::importSnapshot(archive_path, s.path, *kek, options);
   if (!imported) return tl::unexpected(archiveKeyFailure(imported.error()));
-  Defer drop([&] { (void)jail_->deleteSnapshot(refOf(s)); });
-  std::ifstream in(s.path + "/snapshot.json");
-  auto meta = nlohmann::json::parse(in, nullptr, false);
-  std::error_code ec;
-  if (rec.runtime == "vm") {
-    // A VM snapshot holds the guest's pages relative to its template and a disk on the template's disk:
-    // it fits only a VM of the very same template build and machine shape.
-    if (!meta.is_object() || meta.value("runtime", "") != "vm" || meta.value("kind", "") != "full")
-      return makeError(ErrorKind::kInvalidArgument, "the archive does not hold a vm snapshot");
-    if (meta.value("template", "") != rec.persisted.value("template", "") ||
-        meta.value("template_stamp", "") != rec.persisted.value("template_stamp", ""))
-      return makeError(ErrorKind::kInvalidArgument, "the vm snapshot was made from another build or shape of the "
-                       "template than sandbox {} runs", id);
-    bool sealed = std::filesystem::is_regular_file(s.path + "/memory.sealed", ec);
-    for (const char* f : {"state", "memory.pages"})
-      if (!std::filesystem::is_regular_file(s.path + "/" + f, ec))
-        return makeError(ErrorKind::kInvalidArgument, "the vm snapshot lacks its {}", f);
-    if (!sealed && !std::filesystem::is_regular_file(s.path + "/memory", ec))
-      return makeError(ErrorKind::kInvalidArgument, "the vm snapshot lacks its memory");
-    if (meta.value("disk", false) && !std::filesystem::is_regular_file(s.path + "/disk.qcow2", ec))
-      return makeError(ErrorKind::kInvalidArgument, "the vm snapshot lacks its disk");
-    s.sandbox_id = id;
-    s.runtime = "vm";
-    s.kind = "full";
-    s.origin = "import";
-    s.created_ms = nowUnixMs();
-    s.size_bytes = 0;
-    for (const auto& e : std::filesystem::directory_iterator(s.path, ec)) {
-      struct stat fst;
-      if (lstat(e.path().c_str(), &fst) == 0) s.size_bytes += static_cast<uint64_t>(fst.st_blocks) * 512;
-    }
-    TRY(store_->insertSnapshot(s));
-    drop.dismiss();
-    return s;
-  }
-  if (!meta.is_object() || meta.value("runtime", "") != "jail" || meta.value("kind", "") != "filesystem" ||
-      !meta.contains("uid_base") || !std::filesystem::is_regular_file(s.path + "/disk.img", ec))
-    return makeError(ErrorKind::kInvalidArgument, "the archive does not hold a jail snapshot");
-  // The layer must fit the sandbox's disk quota exactly (it is the sandbox's filesystem after a rollback).
+  Defer drop([&] { (void)rt->deleteSnapshot(refOf(s)); });
   uint64_t disk = rec.spec.value("limits", nlohmann::json::object()).value("disk_bytes", uint64_t{0});
-  if (std::filesystem::file_size(s.path + "/disk.img", ec) != std::max<uint64_t>(disk, 4ull << 20))
-    return makeError(ErrorKind::kInvalidArgument,
-                     "the snapshot's disk is {} bytes, sandbox {} has {}: import it into a sandbox made with "
-                     "--disk {}M",
-                     std::filesystem::file_size(s.path + "/disk.img", ec), id, disk,
-                     std::filesystem::file_size(s.path + "/disk.img", ec) >> 20);
+  ASSIGN_OR_RETURN(runtime::SnapshotRef adopted,
+                   rt->adoptSnapshot(refOf(s), runtime::PersistedInstance{rec.id, rec.runtime, rec.persisted}, disk));
   s.sandbox_id = id;
-  s.runtime = "jail";
-  s.kind = "filesystem";
+  s.runtime = rec.runtime;
+  s.kind = adopted.kind;
   s.origin = "import";
   s.created_ms = nowUnixMs();
-  struct stat st;
-  if (stat((s.path + "/disk.img").c_str(), &st) == 0) s.size_bytes = static_cast<uint64_t>(st.st_blocks) * 512;
+  s.size_bytes = adopted.size_bytes;
   TRY(store_->insertSnapshot(s));
   drop.dismiss();
   return s;

@@ -12,4 +12,13 @@ Status Runtime::deleteSnapshot(const SnapshotRef& ref) {
   return ok();
 }
 
+Status Runtime::handOver(Instance& inst, const HandOver& h) {
+  if (h.env.empty()) return ok();
+  agent::Identity identity;
+  identity.env = h.env;
+  return inst.agent->setIdentity(identity);
+}
+
+Status Runtime::renewIdentity(Instance& inst, const HandOver& h) { return handOver(inst, h); }
+
 }  // namespace space::runtime

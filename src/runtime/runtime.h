@@ -7,12 +7,14 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
 
 #include <nlohmann/json.hpp>
 
 #include "agent/client/agent_client.h"
 #include "common/result.h"
+#include "net/address_pool.h"
 
 namespace space::runtime {
 
@@ -39,11 +41,18 @@ struct SandboxSpec {
 };
 
 struct Capabilities {
+  // What the API reports (GET /v1/node, toJson).
   bool pause = false;
   bool snapshot_filesystem = false;
   bool snapshot_memory = false;        // processes survive snapshot/restore
   bool rollback = false;               // in place, same id and network identity
   bool fork = false;
+  // What the manager plans with.
+  bool networked = false;              // sandboxes get a /30 and a host link into the egress gateway
+  bool own_kernel = false;             // a guest kernel: its open files are its own, not the host's file table
+  bool cold_boot = false;              // coldStart() boots without the template's memory snapshot
+  bool warm_templates = false;         // warmTemplate() makes per-template artifacts that starts need
+  bool accelerated = false;            // runs on hardware virtualisation now: `auto` isolation picks such a tier
   nlohmann::json toJson() const {
     return {{"pause", pause}, {"snapshot_filesystem", snapshot_filesystem}, {"snapshot_memory", snapshot_memory},
             {"rollback", rollback}, {"fork", fork}};
@@ -75,6 +84,29 @@ struct SnapshotRef {
 };
 enum class SnapshotKind { kFilesystem, kFull };
 
+// A sandbox's network as its runtime made it: the /30 and the host end of its veth (jail) or tap (vm).
+struct SandboxNetwork {
+  net::SandboxSubnet subnet;
+  std::string link;
+};
+
+// What a sandbox is told when it is handed to a request (create, fork) or restarted in place (rollback).
+struct HandOver {
+  std::string hostname;                           // the sandbox's id
+  std::map<std::string, std::string> env;         // the request's environment and the egress variables
+  // Set after a restore (a fork child, a rollback): what the processes the snapshot brings back learn.
+  std::optional<agent::Identity::Generation> restored;
+  // Set while egress is on: the port of the explicit proxy a networked sandbox's processes are pointed at.
+  std::optional<uint16_t> explicit_proxy_port;
+};
+
+// Start-up reconciliation: what the database still names, so that a runtime can remove the rest.
+struct Known {
+  std::set<std::string> sandboxes;  // ids of every row
+  std::set<std::string> links;      // host links of every row's network
+  std::set<std::string> snapshots;  // directory names of every snapshot row
+};
+
 // Resource usage read from the kernel (cgroup), for inspect and metrics.
 struct Usage {
   uint64_t memory_bytes = 0;
@@ -89,6 +121,10 @@ class Runtime {
   virtual ~Runtime() = default;
   virtual std::string name() const = 0;
   virtual Capabilities capabilities() const = 0;
+  // Why the tier cannot run sandboxes now (empty: it can, or it is still finding out).
+  virtual std::string unavailableReason() const { return ""; }
+  // What the tier reports of itself beside its capabilities (GET /v1/node: a VM's accelerator and KVM).
+  virtual nlohmann::json describe() const { return nlohmann::json::object(); }
 
   virtual Result<Instance> start(const SandboxSpec& spec) = 0;
   // Two-phase start, for pools: prepare() does all that can be done before a request arrives, activate()
@@ -98,6 +134,27 @@ class Runtime {
   virtual Status activate(Instance& inst) { return ok(); }
   // Whether a prepared or started instance can still be handed out.
   virtual bool alive(const Instance& inst) { return inst.agent && inst.agent->alive(); }
+  // Boots a sandbox without any prepared state (capabilities().cold_boot).
+  virtual Result<Instance> coldStart(const SandboxSpec& spec) {
+    return makeError(ErrorKind::kUnsupported, "{}: cold boot is not supported", name());
+  }
+  // Makes the per-template artifacts that sandboxes of spec's shape start from (capabilities().
+  // warm_templates), and says what they are.
+  virtual Result<nlohmann::json> warmTemplate(const SandboxSpec& spec) {
+    return makeError(ErrorKind::kUnsupported, "{}: templates need no warming", name());
+  }
+  // Whether starts of spec's shape find their template artifacts made already (a pool waits for them).
+  virtual bool templateReady(const SandboxSpec& spec) const { return true; }
+  // Gives an activated sandbox what its new owner's processes see: the environment, and where the tier
+  // copies a whole machine from a template or snapshot (vm), a fresh identity (SECURITY.md V4). The
+  // default: the environment, when there is one.
+  virtual Status handOver(Instance& inst, const HandOver& h);
+  // The same after a rollback put the sandbox back at a snapshot in place.
+  virtual Status renewIdentity(Instance& inst, const HandOver& h);
+  // The sandbox's network (none: it has no network).
+  virtual std::optional<SandboxNetwork> network(const PersistedInstance& inst) const { return std::nullopt; }
+  // Whether a pooled sandbox waits stopped: it must be resumed for anything to run in it before activate().
+  virtual bool parked(const PersistedInstance& inst) const { return false; }
   virtual Status pause(Instance& inst) = 0;
   virtual Status resume(Instance& inst) = 0;
   // Captures the sandbox (briefly paused if it runs; a paused one stays paused) into a new snapshot.
@@ -115,14 +172,29 @@ class Runtime {
   virtual Result<Instance> restartInPlace(const PersistedInstance& inst, uint32_t files_uid_base) {
     return makeError(ErrorKind::kUnsupported, "{}: restart in place is not supported", name());
   }
+  // Finishes a rollback that a dead daemon left half-done, from the sandbox's last instance and the
+  // snapshot it was rolling back to (an error when that is gone). The default restarts in place.
+  virtual Result<Instance> finishRollback(Instance& old, const Result<SnapshotRef>& snap, uint32_t files_uid_base) {
+    return restartInPlace(old.persisted, files_uid_base);
+  }
   // Removes the snapshot's files. Idempotent.
   virtual Status deleteSnapshot(const SnapshotRef& ref);
+  // Where the files of an imported snapshot go (empty: this tier keeps no snapshots).
+  virtual std::string snapshotDirFor(const std::string& snapshot_id) const { return ""; }
+  // Checks that snapshot files imported into ref.path fit the sandbox `target` (of disk_bytes) and returns
+  // ref with its kind and size. The caller removes the files when it fails.
+  virtual Result<SnapshotRef> adoptSnapshot(SnapshotRef ref, const PersistedInstance& target, uint64_t disk_bytes) {
+    return makeError(ErrorKind::kUnsupported, "snapshots of the {} runtime are not supported", name());
+  }
   // Kills everything of the sandbox and removes every kernel object and file it made. Idempotent: works
   // on a half-made or already-dead sandbox, from the persisted state alone.
   virtual Status destroy(const PersistedInstance& inst) = 0;
   // With no sandbox of the node left: gives back what the runtime holds for the node as a whole (a
   // mounted volume, cgroup parents), so that a stopped daemon leaves nothing. The next start makes them anew.
   virtual Status releaseNode() { return ok(); }
+  // Start-up reconciliation, once every row is dealt with: removes what the runtime made for sandboxes
+  // and snapshots that no row names (directories, host links, layer images, snapshot files).
+  virtual void forgetUnknown(const Known& known) {}
   // After a daemon restart: reconnects to a live sandbox, or fails (kNotFound) when it is gone.
   virtual Result<Instance> reattach(const PersistedInstance& inst) = 0;
   virtual Result<Usage> usage(const PersistedInstance& inst) = 0;

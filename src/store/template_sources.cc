@@ -9,7 +9,7 @@
 #include <regex>
 
 #include "common/unique_fd.h"
-#include "store/host_command.h"
+#include "sys/host_command.h"
 
 namespace space::store {
 namespace {
@@ -97,7 +97,7 @@ Status populateFromDebootstrap(const TemplateBuildSpec& spec, const std::string&
   argv.push_back(spec.suite);
   argv.push_back(rootfs);
   if (!spec.mirror.empty()) argv.push_back(spec.mirror);
-  TRY(runCommand(argv, progress));
+  TRY(sys::runCommand(argv, progress));
   return removeDownloadedPackages(rootfs, progress);
 }
 
@@ -110,7 +110,7 @@ Status populateFromDir(const std::string& source_dir, const std::string& rootfs,
   if (!S_ISDIR(st.st_mode)) return makeError(ErrorKind::kInvalidArgument, "{} is not a directory", source_dir);
   // "src/." copies the directory's contents (and its own mode and owner) into the existing rootfs.
   // --reflink=auto shares blocks on filesystems that can (xfs, btrfs) and copies elsewhere.
-  return runCommand({"cp", "-a", "--reflink=auto", "--", source_dir + "/.", rootfs}, progress);
+  return sys::runCommand({"cp", "-a", "--reflink=auto", "--", source_dir + "/.", rootfs}, progress);
 }
 
 Status populateFromTar(const std::string& tarball, const std::string& rootfs, const ProgressFn& progress) {
@@ -125,7 +125,7 @@ Status populateFromTar(const std::string& tarball, const std::string& rootfs, co
   // An archive with either was not made as a rootfs, so it is refused as a whole, before extraction.
   // Listing quotes control characters (--quoting-style=escape, tar's default), so one line is one member.
   std::string bad;
-  auto listed = runCommand({"tar", "--quoting-style=escape", "-tf", tarball}, [&](const std::string& member) {
+  auto listed = sys::runCommand({"tar", "--quoting-style=escape", "-tf", tarball}, [&](const std::string& member) {
     if (bad.empty() && (member.starts_with('/') || hasDotDotComponent(member))) bad = member;
   });
   if (!listed) {
@@ -138,7 +138,7 @@ Status populateFromTar(const std::string& tarball, const std::string& rootfs, co
   // Symlinks in the archive cannot redirect later members outside rootfs: GNU tar creates a placeholder for
   // a symlink whose target is absolute or climbs, and refuses to extract through it. Hard-link targets get
   // their leading "/" and "../" stripped, so they resolve inside rootfs.
-  auto extracted = runCommand(
+  auto extracted = sys::runCommand(
       {"tar", "-C", rootfs, "--numeric-owner", "-p", "--xattrs", "--xattrs-include=*", "-xf", tarball}, progress);
   if (!extracted) {
     extracted.error().kind = ErrorKind::kInvalidArgument;

@@ -24,7 +24,7 @@
 #include "runtime/jail/launch.h"
 #include "runtime/jail/launch_steps.h"
 #include "runtime/jail/layer_disk.h"
-#include "runtime/jail/layer_volume.h"
+#include "runtime/host/layer_volume.h"
 #include "runtime/jail/userns.h"
 #include "sys/process.h"
 
@@ -248,8 +248,6 @@ Result<Instance> JailRuntime::reattach(const PersistedInstance& inst) {
   }
   return Instance{inst.id, pid, std::move(*agent), inst};
 }
-
-void JailRuntime::removeUnknownLinks(const std::set<std::string>& keep) const { jail::removeUnknownLinks(keep); }
 
 Result<runtime::Usage> JailRuntime::usage(const PersistedInstance& inst) {
   ASSIGN_OR_RETURN(CgroupUsage cg, cgroups_->usage(inst.state.value("cgroup", inst.id)));

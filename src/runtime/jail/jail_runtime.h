@@ -12,14 +12,32 @@
 
 #include "common/unique_fd.h"
 #include "net/address_pool.h"
-#include "runtime/jail/cgroup.h"
-#include "runtime/jail/layer_volume.h"
-#include "runtime/jail/network.h"
+#include "runtime/host/cgroup.h"
+#include "runtime/host/layer_volume.h"
+#include "runtime/host/network.h"
 #include "runtime/runtime.h"
 
 namespace space::jail {
 
 enum class LaunchVariant;  // launch_steps.h
+// The host resources a jail is made of, shared with the vm tier (runtime/host).
+using host::CgroupBackend;
+using host::CgroupKind;
+using host::CgroupUsage;
+using host::LayerVolume;
+using host::NetworkConfig;
+using host::attachNetwork;
+using host::cloneFile;
+using host::closeLayerVolume;
+using host::detachNetwork;
+using host::ensureVolumeReserve;
+using host::makeCgroupBackend;
+using host::openLayerVolume;
+using host::persistedSubnet;
+using host::proxyEnv;
+using host::releaseVolumeReserve;
+using host::relinkNetwork;
+using host::syncDir;
 
 struct JailConfig {
   std::string state_dir;       // sandboxes live in <state_dir>/sandboxes/<id>
@@ -31,7 +49,7 @@ struct JailConfig {
   // Debugging only: the agent's stdout/stderr go to this host file instead of /dev/null. Sandbox code can
   // write to it (it is the agent's stderr), so never set it in production.
   std::string agent_log_path;
-  // The sandbox network (runtime/jail/network.h). Null: sandboxes keep a network namespace with only lo.
+  // The sandbox network (runtime/host/network.h). Null: sandboxes keep a network namespace with only lo.
   std::shared_ptr<net::AddressPool> network_pool;
   NetworkConfig network;
   // Sparse size of SPACE's XFS layer volume, made where the state dir cannot reflink (layer_volume.h).
@@ -46,7 +64,8 @@ class JailRuntime : public runtime::Runtime {
   std::string name() const override { return "jail"; }
   // Snapshots hold the filesystem only: processes are not captured (a rollback restarts them).
   runtime::Capabilities capabilities() const override {
-    return {.pause = true, .snapshot_filesystem = true, .snapshot_memory = false, .rollback = true, .fork = true};
+    return {.pause = true, .snapshot_filesystem = true, .snapshot_memory = false, .rollback = true, .fork = true,
+            .networked = networked()};
   }
 
   Result<runtime::Instance> start(const runtime::SandboxSpec& spec) override;
@@ -62,9 +81,15 @@ class JailRuntime : public runtime::Runtime {
   Result<uint64_t> oomKills(const runtime::PersistedInstance& inst) override;
   Result<uint64_t> writeGeneration(const runtime::PersistedInstance& inst) override;
   Result<runtime::Instance> restartInPlace(const runtime::PersistedInstance& inst, uint32_t files_uid_base) override;
-
-  // Start-up reconciliation: deletes sandbox host links not named in keep.
-  void removeUnknownLinks(const std::set<std::string>& keep) const;
+  std::optional<runtime::SandboxNetwork> network(const runtime::PersistedInstance& inst) const override {
+    return host::persistedNetwork(inst.state);
+  }
+  std::string snapshotDirFor(const std::string& snapshot_id) const override;
+  Result<runtime::SnapshotRef> adoptSnapshot(runtime::SnapshotRef ref, const runtime::PersistedInstance& target,
+                                             uint64_t disk_bytes) override;
+  // Sandbox directories, host links, layer images (the VMs' overlays too: the volume is the node's) and
+  // snapshot files that no row names.
+  void forgetUnknown(const runtime::Known& known) override;
   bool networked() const { return config_.network_pool != nullptr; }
 
   CgroupKind cgroupKind() const { return cgroups_->kind(); }

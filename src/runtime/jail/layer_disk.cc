@@ -16,6 +16,7 @@
 
 #include "common/unique_fd.h"
 #include "runtime/jail/launch.h"
+#include "sys/host_command.h"
 #include "sys/loop.h"
 
 namespace space::jail {
@@ -37,26 +38,6 @@ Status ensureDir(const std::string& path, mode_t mode) {
 }
 
 }  // namespace
-
-Status runTool(const std::vector<std::string>& argv) {
-  std::vector<char*> args;
-  for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
-  args.push_back(nullptr);
-  // An empty environment and stdout to /dev/null: mkfs needs nothing of spaced, and its chatter is noise.
-  char* const envp[] = {const_cast<char*>("PATH=/usr/sbin:/usr/bin:/sbin:/bin"), nullptr};
-  posix_spawn_file_actions_t fa;
-  posix_spawn_file_actions_init(&fa);
-  posix_spawn_file_actions_addopen(&fa, 1, "/dev/null", O_WRONLY, 0);
-  pid_t pid;
-  int rc = posix_spawnp(&pid, args[0], &fa, nullptr, args.data(), envp);
-  posix_spawn_file_actions_destroy(&fa);
-  if (rc != 0) return sysError(rc, "spawn {}", argv[0]);
-  int status = 0;
-  if (waitpid(pid, &status, 0) < 0) return sysError(errno, "waitpid {}", argv[0]);
-  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
-    return makeError(ErrorKind::kInternal, "{} failed (status {:#x})", argv[0], status);
-  return ok();
-}
 
 Status mountLayerDisk(const std::string& dir, const std::string& image, std::string* device) {
   // 0711: the sandbox's uid must traverse it (its init resolves rootfs/ before pivot_root), nothing more.
@@ -93,7 +74,7 @@ Status createLayerDisk(const std::string& dir, const std::string& image, uint64_
   }
   // No journal: the layer is disposable and the journal would cost every sandbox space and start time.
   // -m 0: no blocks reserved for root (the sandbox's root is the only user). -N: the inode quota.
-  TRY(runTool({"mkfs.ext4", "-q", "-F", "-O", "^has_journal", "-m", "0", "-N", std::to_string(inodes), "-E",
+  TRY(sys::runTool({"mkfs.ext4", "-q", "-F", "-O", "^has_journal", "-m", "0", "-N", std::to_string(inodes), "-E",
                   fmt::format("lazy_itable_init=1,root_owner={0}:{0}", owner), image}));
   TRY(mountLayerDisk(dir, image, device));
   for (const char* sub : {"upper", "work"}) {

@@ -34,9 +34,6 @@ Status mountLayerDisk(const std::string& dir, const std::string& image, std::str
 // blocks are freed once the sandbox's own mount namespace (which still holds the overlay) is gone.
 Status removeLayerDisk(const std::string& dir, const std::string& image);
 
-// Runs a host tool (mkfs) with an empty environment and stdout to /dev/null; fails unless it exits 0.
-Status runTool(const std::vector<std::string>& argv);
-
 // Bytes the image occupies on the host disk (allocated blocks of the sparse file).
 Result<uint64_t> layerDiskUsage(const std::string& image);
 

@@ -1,10 +1,15 @@
-// findLeftovers: everything a sandbox could leave behind, read from the kernel (J24).
+// findLeftovers: everything a sandbox could leave behind, read from the kernel (J24); forgetUnknown: what
+// start-up reconciliation removes because no row names it.
 #include <dirent.h>
 
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 
+#include <spdlog/spdlog.h>
+
+#include "common/ids.h"
 #include "runtime/jail/jail_runtime.h"
 
 namespace space::jail {
@@ -45,6 +50,45 @@ Result<Leftovers> findLeftovers(const std::string& state_dir, const std::string&
   }
   closedir(proc);
   return l;
+}
+
+void JailRuntime::forgetUnknown(const runtime::Known& known) {
+  // Directories no row knows about (a crash between mkdir and insert cannot happen, but a lost database
+  // or a manual edit can): clean them with everything they own.
+  std::string dir = sandboxesDir();
+  if (DIR* d = opendir(dir.c_str())) {
+    while (dirent* e = readdir(d)) {
+      std::string name = e->d_name;
+      if (!isValidSandboxId(name) || known.sandboxes.count(name)) continue;
+      spdlog::warn("reconcile: removing orphaned sandbox directory {}", name);
+      (void)destroy(runtime::PersistedInstance{name, "jail", {{"dir", dir + "/" + name}}});
+    }
+    closedir(d);
+  }
+  // Sandbox links of sandboxes that no longer exist (a crash between link and row update, a lost row).
+  if (networked()) host::removeUnknownLinks(known.links);
+  // Layer images no row knows about (a crash between clone and row). The volume is the node's: it holds
+  // the VMs' disk overlays too.
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator(volume_.layersDir(), ec)) {
+    // .img: a jail's writable layer; .qcow2: a VM's disk overlay; .next: a rollback's unfinished clone.
+    auto ext = entry.path().extension();
+    if ((ext != ".img" && ext != ".qcow2") || known.sandboxes.count(entry.path().stem().string())) continue;
+    spdlog::warn("reconcile: removing layer image {} of no sandbox", entry.path().string());
+    std::filesystem::remove(entry.path(), ec);
+  }
+  // Snapshot files without a row: an interrupted snapshot (<id>.tmp, or renamed before its row) or import
+  // (.<id>.import-*).
+  for (const auto& entry : std::filesystem::directory_iterator(volume_.snapshotsDir(), ec)) {
+    std::string name = entry.path().filename().string();
+    if (known.snapshots.count(name)) continue;
+    spdlog::warn("reconcile: removing snapshot files {} that no snapshot row names", name);
+    std::filesystem::remove_all(entry.path(), ec);
+  }
+  // Clones made for a rollback that never finished.
+  for (const auto& entry : std::filesystem::directory_iterator(volume_.layersDir(), ec)) {
+    if (entry.path().extension() == ".next") std::filesystem::remove(entry.path(), ec);
+  }
 }
 
 }  // namespace space::jail

@@ -20,11 +20,11 @@
 
 #include "common/defer.h"
 #include "net/veth.h"
-#include "runtime/jail/network.h"
+#include "runtime/host/network.h"
 #include "runtime/vm/confine.h"
 #include "runtime/vm/template_snapshot.h"
 #include "runtime/vm/unix_socket.h"
-#include "store/host_command.h"
+#include "sys/host_command.h"
 #include "sys/process.h"
 
 namespace space::vm {
@@ -74,7 +74,7 @@ Result<std::unique_ptr<VmRuntime>> VmRuntime::create(const VmConfig& config) {
     fs::create_directories(config.state_dir + sub, ec);
     if (ec) return makeError(ErrorKind::kInternal, "create {}{}: {}", config.state_dir, sub, ec.message());
   }
-  ASSIGN_OR_RETURN(std::unique_ptr<jail::CgroupBackend> cgroups, jail::makeCgroupBackend(config.cgroup_parent));
+  ASSIGN_OR_RETURN(std::unique_ptr<host::CgroupBackend> cgroups, host::makeCgroupBackend(config.cgroup_parent));
   std::unique_ptr<VmRuntime> rt(new VmRuntime(config, std::move(cgroups)));
   rt->cleanInterruptedWarmups();
   TRY(rt->chooseAccel());
@@ -251,7 +251,7 @@ Result<QemuSpec> VmRuntime::restoringSpec(const runtime::SandboxSpec& spec, cons
 Status VmRuntime::allocateNetwork(json& net_state, UniqueFd& tap) {
   if (!config_.network_pool) return ok();
   ASSIGN_OR_RETURN(net::SandboxSubnet subnet, config_.network_pool->allocate());
-  std::string link = jail::linkNameFor(subnet);
+  std::string link = host::linkNameFor(subnet);
   net_state = {{"subnet", subnet.cidr()}, {"network", subnet.network}, {"link", link}, {"mac", macFor(subnet)}};
   ASSIGN_OR_RETURN(tap, net::createSandboxTap(link, subnet));
   return ok();
@@ -283,7 +283,7 @@ Result<runtime::Instance> VmRuntime::prepare(const runtime::SandboxSpec& spec) {
   json net_state;
   UniqueFd tap;
   Defer undo_net([&] {
-    if (config_.network_pool && !net_state.is_null()) (void)jail::detachNetwork(*config_.network_pool, {{"net", net_state}});
+    if (config_.network_pool && !net_state.is_null()) (void)host::detachNetwork(*config_.network_pool, {{"net", net_state}});
   });
   TRY(allocateNetwork(net_state, tap));
   if (!net_state.is_null()) qemu.mac = net_state["mac"];
@@ -435,7 +435,7 @@ Status VmRuntime::destroy(const runtime::PersistedInstance& inst) {
     (void)unlink((overlay + ".next").c_str());
   }
   // The subnet, and the tap if it is still there (it went away with QEMU's descriptor).
-  if (config_.network_pool) TRY(jail::detachNetwork(*config_.network_pool, inst.state));
+  if (config_.network_pool) TRY(host::detachNetwork(*config_.network_pool, inst.state));
   return ok();
 }
 
@@ -445,7 +445,7 @@ Result<runtime::Instance> VmRuntime::reattach(const runtime::PersistedInstance& 
   if (!isQemuOf(pid, dir)) return makeError(ErrorKind::kNotFound, "vm {}: its QEMU is gone", inst.id);
   runtime::Instance out = instanceOf(inst.id, pid, dir, inst.state);
   ASSIGN_OR_RETURN(QmpClient * qmp, qmpFor(inst));
-  if (auto subnet = jail::persistedSubnet(inst.state); subnet && config_.network_pool) {
+  if (auto subnet = host::persistedSubnet(inst.state); subnet && config_.network_pool) {
     if (auto st = config_.network_pool->reserve(*subnet); !st)
       spdlog::warn("vm {}: subnet {}: {}", inst.id, subnet->cidr(), st.error().message);
   }

@@ -19,7 +19,8 @@
 
 #include "common/unique_fd.h"
 #include "net/address_pool.h"
-#include "runtime/jail/cgroup.h"
+#include "runtime/host/cgroup.h"
+#include "runtime/memory_sealer.h"
 #include "runtime/runtime.h"
 #include "runtime/vm/confine.h"
 #include "runtime/vm/kvm_probe.h"
@@ -29,16 +30,6 @@
 namespace space::vm {
 
 enum class AccelMode { kAuto, kKvm, kTcg };
-
-// Encryption at rest of the guest memory in VM snapshots, with the customer's key (set by the manager when
-// snapshot_kek is configured; docs/snapshot-archive.md). Paths name whole files; seal and open replace
-// their output atomically.
-class MemorySealer {
- public:
-  virtual ~MemorySealer() = default;
-  virtual Status seal(const std::string& plain_path, const std::string& sealed_path) = 0;
-  virtual Status open(const std::string& sealed_path, const std::string& plain_path) = 0;
-};
 
 struct VmConfig {
   std::string state_dir;  // VMs live in <state_dir>/vms/<id> unless the spec names a dir; templates in <state_dir>/vm
@@ -75,10 +66,10 @@ struct VmConfig {
   std::shared_ptr<net::AddressPool> network_pool;
   // Where VM disk overlays and VM snapshots live: the layer volume's layers/ and snapshots/ (it shares
   // blocks between files, so a snapshot, rollback or fork clones an overlay instead of copying it;
-  // runtime/jail/layer_volume.h). Empty: overlays in each VM's directory, no snapshots.
+  // runtime/host/layer_volume.h). Empty: overlays in each VM's directory, no snapshots.
   std::string layers_dir, snapshots_dir;
   // Null: a snapshot's memory is stored in the clear (root-only, mode 0400).
-  std::shared_ptr<MemorySealer> memory_sealer;
+  std::shared_ptr<runtime::MemorySealer> memory_sealer;
   // Where a sealed memory is opened for a restore: a tmpfs, so the clear pages never reach a disk.
   std::string clear_memory_dir = "/dev/shm";
 };
@@ -109,8 +100,12 @@ class VmRuntime : public runtime::Runtime {
   std::string name() const override { return "vm"; }
   runtime::Capabilities capabilities() const override {
     bool snap = !config_.snapshots_dir.empty();
-    return {.pause = true, .snapshot_filesystem = snap, .snapshot_memory = snap, .rollback = snap, .fork = snap};
+    return {.pause = true, .snapshot_filesystem = snap, .snapshot_memory = snap, .rollback = snap, .fork = snap,
+            .networked = networked(), .own_kernel = true, .cold_boot = true, .warm_templates = true,
+            .accelerated = accelIfDecided() == Accel::kKvm};
   }
+  // The accelerator (once decided) and what is known of KVM on this host.
+  nlohmann::json describe() const override;
 
   // The template's artifacts for spec's shape (vCPUs, memory, disk), made on first use: ext4 image of
   // spec.template_rootfs, then one VM booted from it whose RAM and device state are saved. Concurrent
@@ -121,6 +116,16 @@ class VmRuntime : public runtime::Runtime {
 
   // Boots spec's guest from the kernel, without a memory snapshot (cold boot), with the template's disk.
   Result<runtime::Instance> bootCold(const runtime::SandboxSpec& spec);
+  Result<runtime::Instance> coldStart(const runtime::SandboxSpec& spec) override { return bootCold(spec); }
+  // ensureTemplate(spec), as the manager's `template warm` reports it.
+  Result<nlohmann::json> warmTemplate(const runtime::SandboxSpec& spec) override;
+  bool templateReady(const runtime::SandboxSpec& spec) const override { return hasTemplate(spec); }
+  // A VM restored from a template or snapshot is a copy of another machine: it gets its own hostname, RNG
+  // state, clock and machine id (and, handed out, its network) before anyone may run code in it (V4).
+  Status handOver(runtime::Instance& inst, const runtime::HandOver& h) override;
+  Status renewIdentity(runtime::Instance& inst, const runtime::HandOver& h) override;
+  std::optional<runtime::SandboxNetwork> network(const runtime::PersistedInstance& inst) const override;
+  bool parked(const runtime::PersistedInstance& inst) const override { return inst.state.value("parked", false); }
 
   Result<runtime::Instance> start(const runtime::SandboxSpec& spec) override;
   Result<runtime::Instance> prepare(const runtime::SandboxSpec& spec) override;
@@ -131,6 +136,12 @@ class VmRuntime : public runtime::Runtime {
   Result<runtime::SnapshotRef> snapshot(runtime::Instance& inst, runtime::SnapshotKind kind) override;
   Result<runtime::Instance> restore(const runtime::SnapshotRef& ref, const runtime::SandboxSpec& spec) override;
   Result<runtime::Instance> rollback(runtime::Instance& inst, const runtime::SnapshotRef& ref) override;
+  // A VM's rollback is a restore from the snapshot again (its old VMM, if any is left, is replaced).
+  Result<runtime::Instance> finishRollback(runtime::Instance& old, const Result<runtime::SnapshotRef>& snap,
+                                           uint32_t files_uid_base) override;
+  std::string snapshotDirFor(const std::string& snapshot_id) const override;
+  Result<runtime::SnapshotRef> adoptSnapshot(runtime::SnapshotRef ref, const runtime::PersistedInstance& target,
+                                             uint64_t disk_bytes) override;
   Status destroy(const runtime::PersistedInstance& inst) override;
   Result<runtime::Instance> reattach(const runtime::PersistedInstance& inst) override;
   Result<runtime::Usage> usage(const runtime::PersistedInstance& inst) override;
@@ -144,14 +155,14 @@ class VmRuntime : public runtime::Runtime {
   // What is known of KVM on this host, and why the tier is unavailable (empty: it is available or still
   // probing).
   KvmVerdict kvm() const;
-  std::string unavailableReason() const;
+  std::string unavailableReason() const override;
   bool networked() const { return config_.network_pool != nullptr; }
   const VmConfig& config() const { return config_; }
   // The QemuSpec a VM of spec would get in dir (exposed for tests and the bench).
   QemuSpec qemuSpecFor(const runtime::SandboxSpec& spec, const std::string& dir) const;
 
  private:
-  VmRuntime(VmConfig config, std::unique_ptr<jail::CgroupBackend> cgroups)
+  VmRuntime(VmConfig config, std::unique_ptr<host::CgroupBackend> cgroups)
       : config_(std::move(config)), cgroups_(std::move(cgroups)) {}
   Status chooseAccel();
   // Takes a verdict: the accelerator (or the tier's unavailability) follows from it and the settings.
@@ -211,7 +222,7 @@ class VmRuntime : public runtime::Runtime {
   std::atomic<pid_t> probe_pid_{0};  // the probe's VMM, killed if the runtime goes first
   std::atomic<bool> stopping_{false};
   uint64_t tsc_khz_ = 0;  // the host's TSC frequency, read once (TCG passes it to every guest)
-  std::unique_ptr<jail::CgroupBackend> cgroups_;
+  std::unique_ptr<host::CgroupBackend> cgroups_;
   std::mutex mu_;
   std::map<std::string, std::unique_ptr<QmpClient>> qmp_;      // by sandbox id
   std::map<std::string, std::shared_ptr<std::mutex>> building_; // template key → build lock

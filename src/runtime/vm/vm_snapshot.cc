@@ -21,8 +21,8 @@
 #include "common/defer.h"
 #include "common/ids.h"
 #include "net/veth.h"
-#include "runtime/jail/layer_volume.h"
-#include "runtime/jail/network.h"
+#include "runtime/host/layer_volume.h"
+#include "runtime/host/network.h"
 #include "runtime/vm/confine.h"
 #include "runtime/vm/guest_memory.h"
 #include "runtime/vm/template_snapshot.h"
@@ -151,7 +151,7 @@ Result<runtime::SnapshotRef> VmRuntime::snapshot(runtime::Instance& inst, runtim
     ASSIGN_OR_RETURN(memory_bytes, saveGuestPages(pid, ram, pages, mem.get()));
   }
   std::string disk = st.value("disk", "");
-  if (!disk.empty()) TRY(jail::cloneFile(disk, tmp + "/disk.qcow2", 0444, /*durable=*/false));
+  if (!disk.empty()) TRY(host::cloneFile(disk, tmp + "/disk.qcow2", 0444, /*durable=*/false));
   // Everything the guest state consists of is captured: it runs on while the files are made durable.
   if (running) TRY(qmp->execute("cont"));
   running = false;
@@ -171,10 +171,10 @@ Result<runtime::SnapshotRef> VmRuntime::snapshot(runtime::Instance& inst, runtim
                {"vcpus", tpl.vcpus},    {"pages", pages.count()},   {"disk", !disk.empty()},
                {"paused", paused},      {"memory_sealed", config_.memory_sealer != nullptr}};
   TRY(writeFileSynced(tmp + "/snapshot.json", meta.dump(2) + "\n"));
-  TRY(jail::syncDir(tmp));
+  TRY(host::syncDir(tmp));
   if (rename(tmp.c_str(), ref.path.c_str()) < 0) return sysError(errno, "rename {}", tmp);
   drop.dismiss();
-  TRY(jail::syncDir(config_.snapshots_dir));
+  TRY(host::syncDir(config_.snapshots_dir));
   ref.size_bytes = allocatedBytes(ref.path);
   spdlog::debug("vm {} snapshot {}: {} pages of its own ({} bytes written), guest stopped {} us", inst.id, ref.id,
                 pages.count(), memory_bytes, std::chrono::duration_cast<std::chrono::microseconds>(stopped).count());
@@ -271,7 +271,7 @@ Result<runtime::Instance> VmRuntime::restore(const runtime::SnapshotRef& ref, co
   json extra = {{"template", tpl.dir}, {"template_stamp", tpl.stamp}, {"memory_mib", tpl.memory_mib},
                 {"from_snapshot", ref.id}};
   if (meta.value("disk", false)) {
-    TRY(jail::cloneFile(ref.path + "/disk.qcow2", overlay, 0600, /*durable=*/false));
+    TRY(host::cloneFile(ref.path + "/disk.qcow2", overlay, 0600, /*durable=*/false));
     if (chown(overlay.c_str(), uid, uid) < 0) return sysError(errno, "chown {}", overlay);
     extra["disk"] = overlay;
   }
@@ -279,7 +279,7 @@ Result<runtime::Instance> VmRuntime::restore(const runtime::SnapshotRef& ref, co
   json net_state;
   UniqueFd tap;
   Defer undo_net([&] {
-    if (config_.network_pool && !net_state.is_null()) (void)jail::detachNetwork(*config_.network_pool, {{"net", net_state}});
+    if (config_.network_pool && !net_state.is_null()) (void)host::detachNetwork(*config_.network_pool, {{"net", net_state}});
   });
   TRY(allocateNetwork(net_state, tap));
   if (!net_state.is_null()) extra["net"] = net_state;
@@ -310,7 +310,7 @@ Result<runtime::Instance> VmRuntime::rollback(runtime::Instance& inst, const run
   if (meta.value("disk", false) && !overlay.empty()) {
     std::string next = overlay + ".next";
     (void)unlink(next.c_str());
-    TRY(jail::cloneFile(ref.path + "/disk.qcow2", next, 0600, /*durable=*/false));
+    TRY(host::cloneFile(ref.path + "/disk.qcow2", next, 0600, /*durable=*/false));
     if (chown(next.c_str(), uid, uid) < 0) return sysError(errno, "chown {}", next);
   }
   auto t0 = Clock::now();
@@ -342,8 +342,8 @@ Result<runtime::Instance> VmRuntime::rollback(runtime::Instance& inst, const run
     return sysError(errno, "rename {}.next", overlay);
   // The same network identity: the same tap name on the same /30 (the old one went with its VMM).
   UniqueFd tap;
-  if (auto subnet = jail::persistedSubnet(state); subnet && config_.network_pool) {
-    ASSIGN_OR_RETURN(tap, net::createSandboxTap(state["net"].value("link", jail::linkNameFor(*subnet)), *subnet));
+  if (auto subnet = host::persistedSubnet(state); subnet && config_.network_pool) {
+    ASSIGN_OR_RETURN(tap, net::createSandboxTap(state["net"].value("link", host::linkNameFor(*subnet)), *subnet));
   }
   runtime::SandboxSpec spec;
   spec.id = inst.id;

@@ -19,7 +19,7 @@
 #include "runtime/vm/confine.h"
 #include "runtime/vm/template_snapshot.h"
 #include "runtime/vm/vm_runtime.h"
-#include "store/host_command.h"
+#include "sys/host_command.h"
 
 namespace space::vm {
 
@@ -122,7 +122,7 @@ Status buildExt4Image(const std::string& tree, const std::string& out, uint64_t 
   // No journal: the image is written once here and each VM writes only its own throw-away overlay; the
   // guest's consistency points are SPACE's snapshots, taken with the VM stopped. -m 0: no blocks
   // reserved for root (the sandbox's user is root anyway).
-  auto st = store::runCommand({"mkfs.ext4", "-q", "-F", "-O", "^has_journal", "-m", "0", "-L", "space-root", "-E",
+  auto st = sys::runCommand({"mkfs.ext4", "-q", "-F", "-O", "^has_journal", "-m", "0", "-L", "space-root", "-E",
                                "lazy_itable_init=0,lazy_journal_init=0", "-d", tree, tmp},
                               [](const std::string&) {});
   if (!st) {
@@ -138,7 +138,7 @@ Status buildExt4Image(const std::string& tree, const std::string& out, uint64_t 
 
 Status createOverlay(const std::string& backing, const std::string& backing_format, const std::string& out) {
   unlink(out.c_str());
-  auto st = store::runCommand({"qemu-img", "create", "-q", "-f", "qcow2", "-o", "lazy_refcounts=on", "-F",
+  auto st = sys::runCommand({"qemu-img", "create", "-q", "-f", "qcow2", "-o", "lazy_refcounts=on", "-F",
                                backing_format, "-b", backing, out},
                               [](const std::string&) {});
   if (!st) return tl::unexpected(st.error().context("create disk overlay " + out));

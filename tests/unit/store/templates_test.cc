@@ -9,7 +9,7 @@
 #include <filesystem>
 #include <fstream>
 
-#include "store/host_command.h"
+#include "sys/host_command.h"
 #include "store/tree_hash.h"
 
 namespace space::store {
@@ -24,7 +24,7 @@ std::string makeTempDir(const char* what) {
 }
 
 void run(const std::vector<std::string>& argv) {
-  auto r = runCommand(argv, nullptr);
+  auto r = sys::runCommand(argv, nullptr);
   ASSERT_TRUE(r) << r.error().message;
 }
 
@@ -36,7 +36,7 @@ class TemplatesTest : public ::testing::Test {
   static void SetUpTestSuite() {
     busybox_dir_ = new std::string(makeTempDir("busybox") + "/rootfs");
     auto r =
-        runCommand({"bash", std::string(SPACE_SOURCE_DIR) + "/scripts/make-busybox-rootfs", *busybox_dir_}, nullptr);
+        sys::runCommand({"bash", std::string(SPACE_SOURCE_DIR) + "/scripts/make-busybox-rootfs", *busybox_dir_}, nullptr);
     ASSERT_TRUE(r) << r.error().message;
   }
   static void TearDownTestSuite() {
@@ -400,14 +400,14 @@ TEST_F(TreeHashTest, CountsHardLinkedBytesOnce) {
 
 TEST(HostCommandTest, StreamsLinesAndReportsExitStatus) {
   std::vector<std::string> lines;
-  auto r = runCommand({"sh", "-c", "echo one; echo two >&2; printf three; exit 3"},
+  auto r = sys::runCommand({"sh", "-c", "echo one; echo two >&2; printf three; exit 3"},
                       [&](const std::string& l) { lines.push_back(l); });
   ASSERT_FALSE(r);
   EXPECT_EQ(lines, (std::vector<std::string>{"one", "two", "three"}));
   EXPECT_NE(r.error().message.find("exit status 3"), std::string::npos) << r.error().message;
   EXPECT_NE(r.error().message.find("three"), std::string::npos);
-  EXPECT_TRUE(runCommand({"true"}, nullptr));
-  auto missing = runCommand({"/nonexistent/tool"}, nullptr);
+  EXPECT_TRUE(sys::runCommand({"true"}, nullptr));
+  auto missing = sys::runCommand({"/nonexistent/tool"}, nullptr);
   ASSERT_FALSE(missing);
   EXPECT_EQ(missing.error().kind, ErrorKind::kNotFound);
 }

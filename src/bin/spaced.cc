@@ -12,7 +12,7 @@
 #include "api/api_server.h"
 #include "api/logging.h"
 #include "core/config.h"
-#include "core/manager_factory.h"
+#include "bin/manager_factory.h"
 #include "http/server.h"
 
 namespace {

@@ -8,7 +8,7 @@
 
 #include "common/result.h"
 
-namespace space::store {
+namespace space::sys {
 
 using LineFn = std::function<void(const std::string& line)>;
 
@@ -18,4 +18,7 @@ using LineFn = std::function<void(const std::string& line)>;
 // status and its last lines of output.
 Status runCommand(const std::vector<std::string>& argv, const LineFn& on_line);
 
-}  // namespace space::store
+// Runs a host tool (mkfs) with an empty environment and stdout to /dev/null; fails unless it exits 0.
+Status runTool(const std::vector<std::string>& argv);
+
+}  // namespace space::sys

@@ -1,4 +1,4 @@
-#include "runtime/jail/network.h"
+#include "runtime/host/network.h"
 
 #include <fcntl.h>
 #include <net/if.h>
@@ -8,7 +8,7 @@
 #include "common/unique_fd.h"
 #include "net/veth.h"
 
-namespace space::jail {
+namespace space::host {
 
 std::optional<net::SandboxSubnet> persistedSubnet(const nlohmann::json& state) {
   if (!state.contains("net") || !state["net"].is_object() || !state["net"].contains("network")) return std::nullopt;
@@ -20,6 +20,12 @@ std::optional<net::SandboxSubnet> persistedSubnet(const nlohmann::json& state) {
 std::string persistedLink(const nlohmann::json& state) {
   if (!state.contains("net") || !state["net"].is_object()) return {};
   return state["net"].value("link", std::string());
+}
+
+std::optional<runtime::SandboxNetwork> persistedNetwork(const nlohmann::json& state) {
+  auto subnet = persistedSubnet(state);
+  if (!subnet) return std::nullopt;
+  return runtime::SandboxNetwork{*subnet, persistedLink(state)};
 }
 
 std::string linkNameFor(const net::SandboxSubnet& subnet) {
@@ -89,4 +95,4 @@ void removeUnknownLinks(const std::set<std::string>& keep) {
   }
 }
 
-}  // namespace space::jail
+}  // namespace space::host

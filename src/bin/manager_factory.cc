@@ -1,4 +1,4 @@
-#include "core/manager_factory.h"
+#include "bin/manager_factory.h"
 
 #include <sys/stat.h>
 
@@ -10,9 +10,12 @@
 #include "archive/kek.h"
 #include "archive/key_store.h"
 #include "core/egress_supervisor.h"
+#include "core/file_table.h"
 #include "core/manager_impl.h"
 #include "core/memory_sealer.h"
 #include "runtime/jail/jail_runtime.h"
+#include "runtime/registry.h"
+#include "runtime/vm/vm_runtime.h"
 
 namespace space::core {
 
@@ -58,43 +61,8 @@ Result<std::optional<Egress>> startEgress(const DaemonConfig& config, std::strin
   return std::optional<Egress>(Egress{std::move(*sup), std::make_shared<net::AddressPool>(pool)});
 }
 
-// The host's file table (SECURITY.md J26). Every process of a sandbox may hold `nofile` descriptors, so
-// a sandbox reaches pids × nofile open files; the kernel charges them to the sandbox's memory cgroup, but
-// fs.file-max is host-wide: with it below what the admitted sandboxes may open, a few sandboxes give
-// ENFILE to spaced, the gateway and everyone. spaced raises it to max_sandboxes × pids × nofile plus a
-// reserve for the host, and says so; where it cannot, it says what to set. The pids counted are the
-// default's or kFileTablePids, whichever is more, so that creates asking for more pids than the default
-// still fit their share (the size costs nothing until files are open, and those are charged to the
-// sandbox's memory cgroup).
-void ensureFileTable(const DaemonConfig& config) {
-  uint64_t pids = std::max<uint64_t>(config.default_limits.pids, kFileTablePids);
-  uint64_t per_sandbox = pids * config.default_limits.nofile;
-  uint64_t need = per_sandbox * static_cast<uint64_t>(std::max(config.max_sandboxes, 1)) + kHostFileReserve;
-  uint64_t current = hostFileMax();
-  if (current >= need) return;
-  FILE* f = fopen("/proc/sys/fs/file-max", "w");
-  bool raised = f && fprintf(f, "%llu\n", static_cast<unsigned long long>(need)) > 0;
-  if (f && fclose(f) != 0) raised = false;
-  if (raised && hostFileMax() >= need) {
-    spdlog::info("raised fs.file-max from {} to {}: {} sandboxes × {} pids × {} files, and {} for the host", current,
-                 need, config.max_sandboxes, pids, config.default_limits.nofile, kHostFileReserve);
-    return;
-  }
-  spdlog::warn("fs.file-max is {}, but {} sandboxes × {} pids × {} files need {}: a few sandboxes could exhaust the "
-               "host's file table. Set sysctl fs.file-max={} or lower max_sandboxes, the default pids or nofile",
-               current, config.max_sandboxes, pids, config.default_limits.nofile, need, need);
-}
-
 }  // namespace
 
-uint64_t hostFileMax() {
-  unsigned long long v = 0;
-  if (FILE* f = fopen("/proc/sys/fs/file-max", "r")) {
-    if (fscanf(f, "%llu", &v) != 1) v = 0;
-    fclose(f);
-  }
-  return v;
-}
 
 // A snapshot_kek that cannot be read, or that does not open the data key this node already holds, is
 // found now rather than at the first export or import. Between setting a new key and `space key rotate`
@@ -162,8 +130,9 @@ Result<std::unique_ptr<SandboxManager>> makeSandboxManager(const DaemonConfig& c
 
   // The vm tier: present when the guest artifacts and QEMU are; a node without them runs jails only and
   // says why to every vm request.
-  std::unique_ptr<vm::VmRuntime> vm;
-  std::string vm_unavailable;
+  runtime::Registry runtimes;
+  std::string layers_dir = jail->volume().layersDir(), snapshots_dir = jail->volume().snapshotsDir();
+  runtimes.add(std::move(jail));
   {
     vm::VmConfig vm_config;
     vm_config.state_dir = config.state_dir;
@@ -178,25 +147,27 @@ Result<std::unique_ptr<SandboxManager>> makeSandboxManager(const DaemonConfig& c
     vm_config.kvm_probe_timeout = std::chrono::milliseconds(config.vm_kvm_probe_timeout_ms);
     vm_config.cgroup_parent = config.cgroup_parent;
     if (egress) vm_config.network_pool = egress->pool;
-    vm_config.layers_dir = jail->volume().layersDir();
-    vm_config.snapshots_dir = jail->volume().snapshotsDir();
+    vm_config.layers_dir = layers_dir;
+    vm_config.snapshots_dir = snapshots_dir;
     vm_config.memory_sealer = makeMemorySealer(config.snapshot_kek, config.state_dir + "/keys", config.snapshot_tenant);
     auto made = vm::VmRuntime::create(vm_config);
     if (made) {
-      vm = std::move(*made);
+      runtimes.add(std::move(*made));
     } else if (config.vm_accel == "kvm") {
       // The operator asked for KVM: a node that cannot give it does not start.
       return tl::unexpected(made.error().context("vm_accel is kvm"));
     } else {
-      vm_unavailable = made.error().message;
-      spdlog::warn("vm tier unavailable: {}", vm_unavailable);
+      spdlog::warn("vm tier unavailable: {}", made.error().message);
+      // What the host offers all the same, for the operator who builds the guest next.
+      nlohmann::json details = nlohmann::json::object();
+      if (auto pre = vm::kvmPreflight()) details["kvm"] = pre->toJson();
+      runtimes.addUnavailable("vm", made.error().message, std::move(details));
     }
   }
 
   auto templates = std::make_unique<store::TemplateBuilder>(config.state_dir, *store);
   if (auto st = templates->removeInterruptedBuilds(); !st) return tl::unexpected(st.error());
-  auto manager = std::make_unique<Manager>(config, std::move(store), std::move(jail), std::move(vm),
-                                            std::move(vm_unavailable), std::move(templates));
+  auto manager = std::make_unique<Manager>(config, std::move(store), std::move(runtimes), std::move(templates));
   manager->setUidBlock(std::move(uid_block));
   if (egress) manager->setEgress(std::move(egress->supervisor));
   else manager->setEgressOffReason(egress_off_reason);

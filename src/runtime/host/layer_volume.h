@@ -14,7 +14,7 @@
 
 #include "common/result.h"
 
-namespace space::jail {
+namespace space::host {
 
 struct LayerVolume {
   std::string root;        // directory holding layers/ and snapshots/
@@ -53,4 +53,4 @@ Status cloneFile(const std::string& src, const std::string& dst, unsigned mode =
 // fsync of a directory (after a rename into it).
 Status syncDir(const std::string& dir);
 
-}  // namespace space::jail
+}  // namespace space::host

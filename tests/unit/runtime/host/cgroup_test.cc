@@ -1,8 +1,8 @@
-#include "runtime/jail/cgroup.h"
+#include "runtime/host/cgroup.h"
 
 #include <gtest/gtest.h>
 
-namespace space::jail {
+namespace space::host {
 namespace {
 
 // The OOM counters: v1 memory.oom_control and v2 memory.events as the kernel writes them.
@@ -60,4 +60,4 @@ TEST(CgroupChoice, ThisHostProbesToAUsableBackend) {
 }
 
 }  // namespace
-}  // namespace space::jail
+}  // namespace space::host

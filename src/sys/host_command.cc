@@ -1,4 +1,4 @@
-#include "store/host_command.h"
+#include "sys/host_command.h"
 
 #include <fcntl.h>
 #include <signal.h>
@@ -13,7 +13,7 @@
 
 extern char** environ;
 
-namespace space::store {
+namespace space::sys {
 namespace {
 
 // spaced may run with a minimal PATH (systemd); debootstrap and its helpers live in sbin.
@@ -150,4 +150,24 @@ Status runCommand(const std::vector<std::string>& argv_in, const LineFn& on_line
                    last.empty() ? "no output" : last);
 }
 
-}  // namespace space::store
+Status runTool(const std::vector<std::string>& argv) {
+  std::vector<char*> args;
+  for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+  args.push_back(nullptr);
+  // An empty environment and stdout to /dev/null: mkfs needs nothing of spaced, and its chatter is noise.
+  char* const envp[] = {const_cast<char*>("PATH=/usr/sbin:/usr/bin:/sbin:/bin"), nullptr};
+  posix_spawn_file_actions_t fa;
+  posix_spawn_file_actions_init(&fa);
+  posix_spawn_file_actions_addopen(&fa, 1, "/dev/null", O_WRONLY, 0);
+  pid_t pid;
+  int rc = posix_spawnp(&pid, args[0], &fa, nullptr, args.data(), envp);
+  posix_spawn_file_actions_destroy(&fa);
+  if (rc != 0) return sysError(rc, "spawn {}", argv[0]);
+  int status = 0;
+  if (waitpid(pid, &status, 0) < 0) return sysError(errno, "waitpid {}", argv[0]);
+  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
+    return makeError(ErrorKind::kInternal, "{} failed (status {:#x})", argv[0], status);
+  return ok();
+}
+
+}  // namespace space::sys

@@ -1,4 +1,4 @@
-#include "runtime/jail/layer_volume.h"
+#include "runtime/host/layer_volume.h"
 
 #include <fcntl.h>
 #include <linux/fs.h>
@@ -17,10 +17,10 @@
 #include <spdlog/spdlog.h>
 
 #include "common/unique_fd.h"
-#include "runtime/jail/layer_disk.h"
+#include "sys/host_command.h"
 #include "sys/loop.h"
 
-namespace space::jail {
+namespace space::host {
 
 namespace {
 
@@ -118,7 +118,7 @@ Result<LayerVolume> openLayerVolume(const std::string& state_dir, uint64_t bytes
       if (!fd) return sysError(errno, "create {}", tmp);
       if (ftruncate(fd.get(), static_cast<off_t>(bytes)) < 0) return sysError(errno, "ftruncate {}", tmp);
     }
-    auto made = runTool({"mkfs.xfs", "-q", "-f", "-m", "reflink=1", "-L", "space-layers", tmp});
+    auto made = sys::runTool({"mkfs.xfs", "-q", "-f", "-m", "reflink=1", "-L", "space-layers", tmp});
     if (!made) {
       unlink(tmp.c_str());
       return tl::unexpected(made.error().context("make the layer volume (xfsprogs installed?)"));
@@ -174,4 +174,4 @@ Status closeLayerVolume(const std::string& state_dir) {
   return ok();
 }
 
-}  // namespace space::jail
+}  // namespace space::host

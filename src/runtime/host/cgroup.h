@@ -14,7 +14,7 @@
 #include "common/result.h"
 #include "runtime/runtime.h"
 
-namespace space::jail {
+namespace space::host {
 
 enum class CgroupKind { kV1, kV2 };
 
@@ -89,4 +89,4 @@ std::vector<std::string> listSubdirs(const std::string& path);
 // before 4.13 have no oom_kill line).
 uint64_t flatKeyedValue(const std::string& text, const std::string& key);
 
-}  // namespace space::jail
+}  // namespace space::host

@@ -14,9 +14,9 @@
 #include <thread>
 
 #include "common/unique_fd.h"
-#include "runtime/jail/cgroup.h"
+#include "runtime/host/cgroup.h"
 
-namespace space::jail {
+namespace space::host {
 
 namespace {
 bool isFs(const std::string& path, long magic) {
@@ -160,4 +160,4 @@ Status waitCgroupState(const std::string& path, const std::function<bool(const s
   }
 }
 
-}  // namespace space::jail
+}  // namespace space::host

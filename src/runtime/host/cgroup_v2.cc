@@ -6,9 +6,9 @@
 #include <cstdlib>
 #include <sstream>
 
-#include "runtime/jail/cgroup.h"
+#include "runtime/host/cgroup.h"
 
-namespace space::jail {
+namespace space::host {
 
 namespace {
 
@@ -98,4 +98,4 @@ std::unique_ptr<CgroupBackend> makeCgroupV2(const std::string& root, const std::
   return std::make_unique<CgroupV2>(root, parent);
 }
 
-}  // namespace space::jail
+}  // namespace space::host

@@ -8,9 +8,9 @@
 #include <cstdlib>
 #include <set>
 
-#include "runtime/jail/cgroup.h"
+#include "runtime/host/cgroup.h"
 
-namespace space::jail {
+namespace space::host {
 
 namespace {
 
@@ -157,4 +157,4 @@ std::unique_ptr<CgroupBackend> makeCgroupV1(const std::string& root, const std::
   return std::make_unique<CgroupV1>(root, parent, unified);
 }
 
-}  // namespace space::jail
+}  // namespace space::host

@@ -1,6 +1,6 @@
 // The layer volume: made once (XFS with reflink in a sparse image where the state dir cannot reflink),
 // reused when mounted, and clones that really share blocks (FIEMAP reports the extents shared).
-#include "runtime/jail/layer_volume.h"
+#include "runtime/host/layer_volume.h"
 
 #include <fcntl.h>
 #include <gtest/gtest.h>
@@ -14,7 +14,7 @@
 
 #include "common/unique_fd.h"
 
-namespace space::jail {
+namespace space::host {
 namespace {
 
 namespace fs = std::filesystem;
@@ -72,4 +72,4 @@ TEST(LayerVolume, MadeOnceClonesShareBlocksAndUnmounts) {
 }
 
 }  // namespace
-}  // namespace space::jail
+}  // namespace space::host

@@ -15,8 +15,9 @@
 
 #include "common/result.h"
 #include "net/address_pool.h"
+#include "runtime/runtime.h"
 
-namespace space::jail {
+namespace space::host {
 
 // Where HTTP(S)_PROXY points inside the sandbox: the host end of its /30, at this port (nftables sends it
 // to space-egress's explicit proxy).
@@ -27,6 +28,8 @@ struct NetworkConfig {
 // {"subnet": "10.200.0.4/30", "network": <u32>, "link": "spc1"} in PersistedInstance::state["net"].
 std::optional<net::SandboxSubnet> persistedSubnet(const nlohmann::json& state);
 std::string persistedLink(const nlohmann::json& state);
+// Both, as the runtime seam names them (none without a subnet).
+std::optional<runtime::SandboxNetwork> persistedNetwork(const nlohmann::json& state);
 
 // Host link name of a subnet: unique per subnet, at most 15 bytes.
 std::string linkNameFor(const net::SandboxSubnet& subnet);
@@ -47,4 +50,4 @@ std::map<std::string, std::string> proxyEnv(const net::SandboxSubnet& subnet, co
 // that no longer exist), deleted.
 void removeUnknownLinks(const std::set<std::string>& keep);
 
-}  // namespace space::jail
+}  // namespace space::host
