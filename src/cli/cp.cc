@@ -31,7 +31,7 @@ Result<http::ClientResponse> uploadFromFd(Context& ctx, const std::string& metho
     ssize_t n;
     do n = ::read(fd, out, max);
     while (n < 0 && errno == EINTR);
-    if (n < 0) return sysError(errno, "read {}", name);
+    if (n < 0) return clientSysError(errno, "read {}", name);
     return static_cast<size_t>(n);
   });
 }
@@ -40,18 +40,18 @@ int downloadToFile(Context& ctx, const std::string& target, const std::string& l
   // Written under a temporary name and renamed, so a failed transfer never leaves a truncated file.
   std::string tmp = local + ".space-partial";
   UniqueFd fd(::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
-  if (!fd) return fail(&ctx, sysError(errno, "create {}", tmp).value());
+  if (!fd) return fail(&ctx, clientSysError(errno, "create {}", tmp).value());
   auto resp = ctx.client.stream("GET", target, std::nullopt, [&](std::string_view d) -> Status {
     while (!d.empty()) {
       ssize_t n = ::write(fd.get(), d.data(), d.size());
       if (n < 0 && errno == EINTR) continue;
-      if (n < 0) return sysError(errno, "write {}", tmp);
+      if (n < 0) return clientSysError(errno, "write {}", tmp);
       d.remove_prefix(static_cast<size_t>(n));
     }
     return ok();
   });
   Status st_ok = resp ? checkResponse(*resp) : Status(tl::unexpected(resp.error()));
-  if (st_ok && ::fsync(fd.get()) != 0) st_ok = sysError(errno, "fsync {}", tmp);
+  if (st_ok && ::fsync(fd.get()) != 0) st_ok = clientSysError(errno, "fsync {}", tmp);
   if (!st_ok) {
     ::unlink(tmp.c_str());
     return fail(&ctx, st_ok.error());
@@ -59,7 +59,7 @@ int downloadToFile(Context& ctx, const std::string& target, const std::string& l
   if (::rename(tmp.c_str(), local.c_str()) != 0) {
     int err = errno;
     ::unlink(tmp.c_str());
-    return fail(&ctx, sysError(err, "rename {} to {}", tmp, local).value());
+    return fail(&ctx, clientSysError(err, "rename {} to {}", tmp, local).value());
   }
   return 0;
 }
@@ -117,7 +117,7 @@ Result<UniqueFd> anonymousFile() {
   const char* dir = std::getenv("TMPDIR");
   std::string where = dir && *dir ? dir : "/tmp";
   UniqueFd fd(::open(where.c_str(), O_TMPFILE | O_RDWR | O_CLOEXEC, 0600));
-  if (!fd) return sysError(errno, "create a temporary file in {}", where);
+  if (!fd) return clientSysError(errno, "create a temporary file in {}", where);
   return fd;
 }
 
@@ -125,7 +125,7 @@ Status writeAll(int fd, std::string_view d, const std::string& name) {
   while (!d.empty()) {
     ssize_t n = ::write(fd, d.data(), d.size());
     if (n < 0 && errno == EINTR) continue;
-    if (n < 0) return sysError(errno, "write {}", name);
+    if (n < 0) return clientSysError(errno, "write {}", name);
     d.remove_prefix(static_cast<size_t>(n));
   }
   return ok();
@@ -136,7 +136,7 @@ Status copyFd(int from, int to, const std::string& name) {
   for (;;) {
     ssize_t n = ::read(from, buf.data(), buf.size());
     if (n < 0 && errno == EINTR) continue;
-    if (n < 0) return sysError(errno, "read {}", name);
+    if (n < 0) return clientSysError(errno, "read {}", name);
     if (n == 0) return ok();
     TRY(writeAll(to, std::string_view(buf.data(), static_cast<size_t>(n)), name));
   }
@@ -146,20 +146,20 @@ Status copyFd(int from, int to, const std::string& name) {
 Result<UniqueFd> openLocalSource(const std::string& local) {
   if (local != kStdio) {
     UniqueFd fd(::open(local.c_str(), O_RDONLY | O_CLOEXEC));
-    if (!fd) return sysError(errno, "open {}", local);
+    if (!fd) return clientSysError(errno, "open {}", local);
     return fd;
   }
   struct stat st {};
   if (::fstat(0, &st) == 0 && S_ISREG(st.st_mode)) return UniqueFd(::dup(0));
   ASSIGN_OR_RETURN(UniqueFd spool, anonymousFile());
   TRY(copyFd(0, spool.get(), "stdin"));
-  if (::lseek(spool.get(), 0, SEEK_SET) != 0) return sysError(errno, "rewind the spooled stdin");
+  if (::lseek(spool.get(), 0, SEEK_SET) != 0) return clientSysError(errno, "rewind the spooled stdin");
   return spool;
 }
 
 int uploadBody(Context& ctx, const std::string& target, int fd, const std::string& name, json* answer = nullptr) {
   struct stat st {};
-  if (::fstat(fd, &st) != 0) return fail(&ctx, sysError(errno, "stat {}", name).value());
+  if (::fstat(fd, &st) != 0) return fail(&ctx, clientSysError(errno, "stat {}", name).value());
   off_t at = ::lseek(fd, 0, SEEK_CUR);
   auto resp = uploadFromFd(ctx, "PUT", target, fd, static_cast<uint64_t>(st.st_size - (at > 0 ? at : 0)), name);
   if (!resp) return fail(&ctx, resp.error());
@@ -227,7 +227,7 @@ int uploadTree(Context& ctx, const std::string& local, const std::string& id, co
   if (!tar) return fail(&ctx, tar.error());
   Status packed = local == kStdio ? copyFd(0, tar->get(), "stdin") : packLocalTree(local, tar->get());
   if (!packed) return fail(&ctx, packed.error());
-  if (::lseek(tar->get(), 0, SEEK_SET) != 0) return fail(&ctx, sysError(errno, "rewind the tar stream").value());
+  if (::lseek(tar->get(), 0, SEEK_SET) != 0) return fail(&ctx, clientSysError(errno, "rewind the tar stream").value());
   json answer;
   if (int rc = uploadBody(ctx, filesTarget(id, "/archive", dest), tar->get(), local, &answer)) return rc;
   if (uint64_t skipped = answer.value("skipped", uint64_t{0}))
@@ -273,7 +273,7 @@ int downloadTree(Context& ctx, const std::string& id, const std::string& remote,
                                 [&](std::string_view d) { return writeAll(tar->get(), d, "the tar stream"); });
   if (!resp) return fail(&ctx, resp.error());
   if (auto s = checkResponse(*resp); !s) return fail(&ctx, s.error());
-  if (::lseek(tar->get(), 0, SEEK_SET) != 0) return fail(&ctx, sysError(errno, "rewind the tar stream").value());
+  if (::lseek(tar->get(), 0, SEEK_SET) != 0) return fail(&ctx, clientSysError(errno, "rewind the tar stream").value());
   auto counts = unpackTree(tar->get(), local, !into);
   if (!counts) return fail(&ctx, counts.error());
   return 0;

@@ -35,7 +35,7 @@ tl::unexpected<Error> archiveError(struct archive* a, const std::string& what) {
 
 Status addLocalEntry(struct archive* a, const fs::path& path, const std::string& name) {
   struct stat st {};
-  if (::lstat(path.c_str(), &st) != 0) return sysError(errno, "lstat {}", path.string());
+  if (::lstat(path.c_str(), &st) != 0) return clientSysError(errno, "lstat {}", path.string());
   mode_t type = st.st_mode & S_IFMT;
   if (type != S_IFREG && type != S_IFDIR && type != S_IFLNK) return ok();  // sockets, fifos, devices
   std::unique_ptr<archive_entry, EntryFree> e(archive_entry_new());
@@ -52,7 +52,7 @@ Status addLocalEntry(struct archive* a, const fs::path& path, const std::string&
   UniqueFd fd;
   if (type == S_IFREG) {
     fd = UniqueFd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
-    if (!fd) return sysError(errno, "open {}", path.string());
+    if (!fd) return clientSysError(errno, "open {}", path.string());
   }
   if (archive_write_header(a, e.get()) != ARCHIVE_OK) return archiveError(a, "tar header of " + path.string());
   if (type != S_IFREG) return ok();
@@ -61,7 +61,7 @@ Status addLocalEntry(struct archive* a, const fs::path& path, const std::string&
   while (left > 0) {
     ssize_t n = ::read(fd.get(), buf.data(), std::min<size_t>(buf.size(), static_cast<size_t>(left)));
     if (n < 0 && errno == EINTR) continue;
-    if (n < 0) return sysError(errno, "read {}", path.string());
+    if (n < 0) return clientSysError(errno, "read {}", path.string());
     if (n == 0) return makeError(ErrorKind::kConflict, "{} shrank while it was copied", path.string());
     if (archive_write_data(a, buf.data(), static_cast<size_t>(n)) < 0) return archiveError(a, "tar data");
     left -= n;
@@ -102,8 +102,8 @@ Result<UnpackCounts> unpackTree(int fd, const std::string& dest, bool strip_top)
   if (ec) return makeError(ErrorKind::kInvalidArgument, "create {}: {}", dest, ec.message());
   // Entries are made relative to dest, so the secure flags below judge only the archive's own names.
   UniqueFd cwd(::open(".", O_RDONLY | O_DIRECTORY | O_CLOEXEC));
-  if (!cwd) return sysError(errno, "open the working directory");
-  if (::chdir(dest.c_str()) != 0) return sysError(errno, "chdir {}", dest);
+  if (!cwd) return clientSysError(errno, "open the working directory");
+  if (::chdir(dest.c_str()) != 0) return clientSysError(errno, "chdir {}", dest);
   Defer back([&] { (void)::fchdir(cwd.get()); });
 
   std::unique_ptr<struct archive, ReadFree> in(archive_read_new());

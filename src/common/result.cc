@@ -26,3 +26,20 @@ std::string describeErrno(int err) {
 }
 
 }  // namespace space
+
+namespace space {
+
+ErrorKind sysErrorKind(int err) {
+  if (err == ENOSPC || err == EDQUOT || err == EMFILE || err == ENFILE) return ErrorKind::kResourceExhausted;
+  return ErrorKind::kInternal;
+}
+
+ErrorKind clientSysErrorKind(int err) {
+  if (err == ENOENT) return ErrorKind::kNotFound;
+  if (err == EINVAL || err == ENAMETOOLONG || err == ELOOP || err == EXDEV || err == ENOTDIR || err == EISDIR ||
+      err == EEXIST || err == ENOTEMPTY)
+    return ErrorKind::kInvalidArgument;
+  return sysErrorKind(err);
+}
+
+}  // namespace space

@@ -62,18 +62,24 @@ tl::unexpected<Error> notFoundError(std::string resource, fmt::format_string<Arg
       Error{ErrorKind::kNotFound, 0, fmt::format(f, std::forward<Args>(args)...), std::move(resource)});
 }
 
-// An error from a syscall: the message names the call and its arguments, then strerror(errno).
+// An error from a syscall: the message names the call and its arguments, then strerror(errno). Inside
+// SPACE a failing syscall is SPACE's own problem (500), whatever its errno: a host-side ENOENT must not
+// reach a client as "not found". Only a full disk or descriptor table says what it is (507/429).
 std::string describeErrno(int err);
+ErrorKind sysErrorKind(int err);
+ErrorKind clientSysErrorKind(int err);
 template <class... Args>
 tl::unexpected<Error> sysError(int err, fmt::format_string<Args...> f, Args&&... args) {
-  ErrorKind kind = ErrorKind::kInternal;
-  if (err == ENOENT) kind = ErrorKind::kNotFound;
-  if (err == ENOSPC || err == EDQUOT || err == EMFILE || err == ENFILE) kind = ErrorKind::kResourceExhausted;
-  if (err == EINVAL || err == ENAMETOOLONG || err == ELOOP || err == EXDEV || err == ENOTDIR ||
-      err == EISDIR || err == EEXIST || err == ENOTEMPTY)
-    kind = ErrorKind::kInvalidArgument;
-  return tl::unexpected<Error>(
-      Error{kind, err, fmt::format("{}: {}", fmt::format(f, std::forward<Args>(args)...), describeErrno(err))});
+  return tl::unexpected<Error>(Error{sysErrorKind(err), err,
+                                     fmt::format("{}: {}", fmt::format(f, std::forward<Args>(args)...), describeErrno(err))});
+}
+// For a syscall on a value the client gave (a path in its sandbox, a file of its own, the directory it
+// asked a template be built from): the errno is the client's to fix, so ENOENT is 404, EEXIST or EISDIR
+// 400, and so on.
+template <class... Args>
+tl::unexpected<Error> clientSysError(int err, fmt::format_string<Args...> f, Args&&... args) {
+  return tl::unexpected<Error>(Error{clientSysErrorKind(err), err,
+                                     fmt::format("{}: {}", fmt::format(f, std::forward<Args>(args)...), describeErrno(err))});
 }
 
 inline Status ok() { return {}; }

@@ -106,7 +106,7 @@ Status populateFromDir(const std::string& source_dir, const std::string& rootfs,
     return makeError(ErrorKind::kInvalidArgument, "template directory must be an absolute path, got '{}'", source_dir);
   }
   struct stat st;
-  if (::stat(source_dir.c_str(), &st) != 0) return sysError(errno, "template directory {}", source_dir);
+  if (::stat(source_dir.c_str(), &st) != 0) return clientSysError(errno, "template directory {}", source_dir);
   if (!S_ISDIR(st.st_mode)) return makeError(ErrorKind::kInvalidArgument, "{} is not a directory", source_dir);
   // "src/." copies the directory's contents (and its own mode and owner) into the existing rootfs.
   // --reflink=auto shares blocks on filesystems that can (xfs, btrfs) and copies elsewhere.
@@ -118,7 +118,7 @@ Status populateFromTar(const std::string& tarball, const std::string& rootfs, co
     return makeError(ErrorKind::kInvalidArgument, "tarball must be an absolute path, got '{}'", tarball);
   }
   struct stat st;
-  if (::stat(tarball.c_str(), &st) != 0) return sysError(errno, "tarball {}", tarball);
+  if (::stat(tarball.c_str(), &st) != 0) return clientSysError(errno, "tarball {}", tarball);
   if (!S_ISREG(st.st_mode)) return makeError(ErrorKind::kInvalidArgument, "{} is not a regular file", tarball);
 
   // GNU tar skips ".." members (exit 2) but silently strips a leading "/" and extracts the member anyway.

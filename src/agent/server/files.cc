@@ -56,11 +56,11 @@ Result<std::string> requirePath(const json& msg, const char* key = "path") {
 Status removeTree(int dirfd, const std::string& name, int depth) {
   if (depth > kMaxRemoveDepth) return makeError(ErrorKind::kInvalidArgument, "directory tree deeper than {}", kMaxRemoveDepth);
   int fd = openat(dirfd, name.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-  if (fd < 0) return sysError(errno, "open directory {}", name);
+  if (fd < 0) return clientSysError(errno, "open directory {}", name);
   DIR* dir = fdopendir(fd);
   if (!dir) {
     close(fd);
-    return sysError(errno, "fdopendir {}", name);
+    return clientSysError(errno, "fdopendir {}", name);
   }
   Status result = ok();
   while (dirent* e = readdir(dir)) {
@@ -71,13 +71,13 @@ Status removeTree(int dirfd, const std::string& name, int depth) {
     if (S_ISDIR(st.st_mode)) {
       result = removeTree(fd, child, depth + 1);
     } else if (unlinkat(fd, child.c_str(), 0) < 0) {
-      result = sysError(errno, "unlink {}", child);
+      result = clientSysError(errno, "unlink {}", child);
     }
     if (!result) break;
   }
   closedir(dir);
   TRY(result);
-  if (unlinkat(dirfd, name.c_str(), AT_REMOVEDIR) < 0) return sysError(errno, "rmdir {}", name);
+  if (unlinkat(dirfd, name.c_str(), AT_REMOVEDIR) < 0) return clientSysError(errno, "rmdir {}", name);
   return ok();
 }
 
@@ -91,7 +91,7 @@ void Server::opReadFile(uint32_t ch, const json& msg) {
   auto probe = openInRoot(root_.get(), *path, O_PATH);
   if (!probe) return endChannelError(ch, probe.error());
   struct stat st {};
-  if (fstat(probe->get(), &st) < 0) return endChannelError(ch, sysError(errno, "fstat {}", *path).value());
+  if (fstat(probe->get(), &st) < 0) return endChannelError(ch, clientSysError(errno, "fstat {}", *path).value());
   if (!S_ISREG(st.st_mode))
     return endChannelError(ch, Error{ErrorKind::kInvalidArgument, 0, fmt::format("{} is {}, only regular files can be read", *path, describeType(st.st_mode))});
   auto fd = openInRoot(root_.get(), *path, O_RDONLY | O_NONBLOCK | O_NOCTTY);
@@ -112,7 +112,7 @@ bool Server::pumpReadFile(Channel& c) {
     commitData(n > 0 ? static_cast<size_t>(n) : 0);
     if (n < 0 && errno == EINTR) continue;
     if (n < 0) {
-      endChannelError(c.id, sysError(errno, "read file").value());
+      endChannelError(c.id, clientSysError(errno, "read file").value());
       return true;
     }
     if (n == 0) {
@@ -143,7 +143,7 @@ void Server::opWriteFile(uint32_t ch, const json& msg) {
   // The temporary file lives next to the target so that the final rename is atomic; O_EXCL|O_NOFOLLOW
   // refuse anything the sandbox may have placed under that name.
   int fd = openat(parent->dir.get(), tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
-  if (fd < 0) return endChannelError(ch, sysError(errno, "create temporary file for {}", *path).value());
+  if (fd < 0) return endChannelError(ch, clientSysError(errno, "create temporary file for {}", *path).value());
   Channel& c = openChannel(ch, Channel::Kind::kWriteFile);
   c.file.reset(fd);
   c.dir = std::move(parent->dir);
@@ -159,7 +159,7 @@ void Server::writeUploadChunk(Channel& c, const std::string& data) {
     ssize_t n = write(c.file.get(), data.data() + off, data.size() - off);
     if (n < 0 && errno == EINTR) continue;
     if (n < 0) {
-      Error e = sysError(errno, "write {}", c.final_name).value();
+      Error e = clientSysError(errno, "write {}", c.final_name).value();
       abandonUpload(c);
       return endChannelError(c.id, e);
     }
@@ -172,12 +172,12 @@ void Server::writeUploadChunk(Channel& c, const std::string& data) {
 
 void Server::finishUpload(Channel& c) {
   if (fchmod(c.file.get(), c.mode) < 0) {
-    Error e = sysError(errno, "chmod {}", c.final_name).value();
+    Error e = clientSysError(errno, "chmod {}", c.final_name).value();
     abandonUpload(c);
     return endChannelError(c.id, e);
   }
   if (renameat(c.dir.get(), c.tmp_name.c_str(), c.dir.get(), c.final_name.c_str()) < 0) {
-    Error e = sysError(errno, "rename upload to {}", c.final_name).value();
+    Error e = clientSysError(errno, "rename upload to {}", c.final_name).value();
     abandonUpload(c);
     return endChannelError(c.id, e);
   }
@@ -199,7 +199,7 @@ void Server::opStat(uint32_t ch, const json& msg) {
   struct stat st {};
   int rc = parent->name.empty() ? fstatat(parent->dir.get(), "", &st, AT_EMPTY_PATH)
                                 : fstatat(parent->dir.get(), parent->name.c_str(), &st, AT_SYMLINK_NOFOLLOW);
-  if (rc < 0) return endChannelError(ch, sysError(errno, "stat {}", *path).value());
+  if (rc < 0) return endChannelError(ch, clientSysError(errno, "stat {}", *path).value());
   endChannel(ch, {{"event", "done"}, {"stat", statJson(parent->dir.get(), parent->name, st, *path)}});
 }
 
@@ -212,7 +212,7 @@ void Server::opList(uint32_t ch, const json& msg) {
   DIR* dir = fdopendir(fd->release());
   if (!dir) {
     close(dfd);
-    return endChannelError(ch, sysError(errno, "fdopendir {}", *path).value());
+    return endChannelError(ch, clientSysError(errno, "fdopendir {}", *path).value());
   }
   json batch = json::array();
   size_t total = 0;
@@ -250,7 +250,7 @@ void Server::opMkdir(uint32_t ch, const json& msg) {
     if (!dir) return endChannelError(ch, dir.error());
     if (mkdirat(dir->get(), parts[i].c_str(), mode) == 0) continue;
     if (errno != EEXIST || !parents)
-      return endChannelError(ch, sysError(errno, "mkdir {}", joinComponents(parts, i + 1)).value());
+      return endChannelError(ch, clientSysError(errno, "mkdir {}", joinComponents(parts, i + 1)).value());
     // Exists: fine for -p if it is (or links, within the root, to) a directory.
     auto existing = openInRoot(root_.get(), joinComponents(parts, i + 1), O_PATH | O_DIRECTORY);
     if (!existing) return endChannelError(ch, existing.error());
@@ -270,7 +270,7 @@ void Server::opMove(uint32_t ch, const json& msg) {
   if (src->name.empty() || dst->name.empty())
     return endChannelError(ch, Error{ErrorKind::kInvalidArgument, 0, "cannot move the root directory"});
   if (renameat(src->dir.get(), src->name.c_str(), dst->dir.get(), dst->name.c_str()) < 0)
-    return endChannelError(ch, sysError(errno, "move {} to {}", *from, *to).value());
+    return endChannelError(ch, clientSysError(errno, "move {} to {}", *from, *to).value());
   endChannel(ch, {{"event", "done"}});
 }
 
@@ -283,12 +283,12 @@ void Server::opRemove(uint32_t ch, const json& msg) {
   if (parent->name.empty()) return endChannelError(ch, Error{ErrorKind::kInvalidArgument, 0, "cannot remove the root directory"});
   struct stat st {};
   if (fstatat(parent->dir.get(), parent->name.c_str(), &st, AT_SYMLINK_NOFOLLOW) < 0)
-    return endChannelError(ch, sysError(errno, "stat {}", *path).value());
+    return endChannelError(ch, clientSysError(errno, "stat {}", *path).value());
   Status s = ok();
   if (S_ISDIR(st.st_mode) && recursive) {
     s = removeTree(parent->dir.get(), parent->name, 0);
   } else if (unlinkat(parent->dir.get(), parent->name.c_str(), S_ISDIR(st.st_mode) ? AT_REMOVEDIR : 0) < 0) {
-    s = sysError(errno, "remove {}", *path);
+    s = clientSysError(errno, "remove {}", *path);
   }
   if (!s) return endChannelError(ch, s.error());
   endChannel(ch, {{"event", "done"}});

@@ -56,7 +56,7 @@ Result<UniqueFd> openInRoot(int root_fd, std::string_view path, int flags, mode_
                         RESOLVE_IN_ROOT | RESOLVE_NO_MAGICLINKS);
     if (fd >= 0) return UniqueFd(fd);
     if (errno == EAGAIN && attempt < 16) continue;
-    return sysError(errno, "open {}", p);
+    return clientSysError(errno, "open {}", p);
   }
 }
 
@@ -75,14 +75,14 @@ Result<ParentRef> openParent(int root_fd, std::string_view path) {
 Result<std::string> readSmallFile(int root_fd, std::string_view path, size_t max) {
   ASSIGN_OR_RETURN(UniqueFd fd, openInRoot(root_fd, path, O_RDONLY | O_NONBLOCK | O_NOCTTY));
   struct stat st {};
-  if (fstat(fd.get(), &st) < 0) return sysError(errno, "fstat {}", path);
+  if (fstat(fd.get(), &st) < 0) return clientSysError(errno, "fstat {}", path);
   if (!S_ISREG(st.st_mode)) return makeError(ErrorKind::kInvalidArgument, "{} is not a regular file", path);
   std::string out;
   char buf[16384];
   for (;;) {
     ssize_t n = read(fd.get(), buf, sizeof buf);
     if (n < 0 && errno == EINTR) continue;
-    if (n < 0) return sysError(errno, "read {}", path);
+    if (n < 0) return clientSysError(errno, "read {}", path);
     if (n == 0) break;
     out.append(buf, static_cast<size_t>(n));
     if (out.size() > max) return makeError(ErrorKind::kResourceExhausted, "{} larger than {} bytes", path, max);

@@ -75,7 +75,7 @@ int childMain(void* arg) {
 // user is also ENOENT) so that clients can answer as shells do: 127 when it is not there, 126 when it
 // is there but cannot run.
 Error execFailure(int err, const std::string& program) {
-  Error e = sysError(err, "execve {}", program).value();
+  Error e = clientSysError(err, "execve {}", program).value();
   if (err == ENOENT || err == ENOTDIR) {
     e.message = fmt::format("{}: command not found", program);
     e.reason = "executable_not_found";
@@ -130,7 +130,7 @@ Result<pid_t> spawnChild(const SpawnSpec& spec) {
     }
     if (std::strcmp(args.step, "execve") == 0) return tl::unexpected(execFailure(args.err, spec.argv[0]));
     std::string what = std::strcmp(args.step, "chdir") == 0 ? spec.cwd : std::string();
-    return sysError(args.err, "{} {}", args.step, what);
+    return clientSysError(args.err, "{} {}", args.step, what);
   }
   return pid;
 }
