@@ -121,6 +121,7 @@ class Manager final : public SandboxManager {
   Status destroyRecord(store::SandboxRecord record);
   runtime::Runtime& runtimeFor(const std::string& name);
   SandboxView viewOf(const store::SandboxRecord& record, bool with_usage);
+  std::optional<uint64_t> agentOomKills(const std::string& id);
   // The live instance of a record (connection and all), or one rebuilt from its persisted state.
   runtime::Instance instanceOf(const store::SandboxRecord& rec);
 
