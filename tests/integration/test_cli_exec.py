@@ -205,8 +205,9 @@ def test_interactive_stdin_larger_than_a_request_body(cli, sandbox):
 # --- shell
 
 def test_shell_missing_program_shows_the_daemons_message(cli, sandbox):
-    r = cli("shell", sandbox, "--cmd", "/no/such/program")
-    assert r.returncode == 1
+    # Input from a pipe: the program runs as `space exec -i` runs it, so a missing one is 127 as there.
+    r = cli("shell", sandbox, "--cmd", "/no/such/program", input=b"")
+    assert r.returncode == 127, (r.returncode, err(r))
     assert "handshake" not in err(r) and "HTTP 200" not in err(r), err(r)
     assert "/no/such/program" in err(r), err(r)
 

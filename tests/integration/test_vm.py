@@ -44,12 +44,13 @@ def test_one_create_gets_the_same_default_limits_on_both_tiers(client, make_sand
 
 
 def test_guest_oom_kill_is_137_with_its_reason(daemon, client, make_vm):
-    # The guest kernel's OOM killer, not the host's: the VM has 128 MiB, and dd's 100 MiB buffers (two,
-    # filled from /dev/zero, so that their pages are really touched) do not fit beside the guest's own.
+    # The guest kernel's OOM killer, not the host's: the VM has 128 MiB, and awk keeps a new 1 MiB string
+    # for ever until the guest has no page left. (Small allocations: the guest's kernel refuses a single
+    # one larger than its RAM outright, as it did dd's 200 MiB buffer, which is no OOM kill.)
     sid = make_vm(memory_mib=128)
     cli = lambda *args: spacelib.run_cli(daemon.sock, *args, timeout=300)  # noqa: E731
-    r = cli("exec", sid, "--", "sh", "-c", "exec dd if=/dev/zero of=/dev/null bs=100M count=2 & "
-            "exec dd if=/dev/zero of=/dev/null bs=100M count=2")
+    r = cli("exec", sid, "--", "awk", 'BEGIN { s = "x"; while (length(s) < 1048576) s = s s; '
+            "for (i = 0; ; i++) kept[i] = s i }")
     stderr = r.stderr.decode(errors="replace")
     assert r.returncode == 137, (r.returncode, stderr)
     assert "killed: memory limit 128 MiB" in stderr, stderr
