@@ -164,7 +164,9 @@ class AgentClient {
   virtual Status setIdentity(const Identity& identity) = 0;
   // The OOM kills the agent's own kernel has counted (a VM guest's); kUnsupported where its kernel is
   // the host's (a jail) or the agent predates the count.
-  virtual Result<uint64_t> oomKills() { return makeError(ErrorKind::kUnsupported, "the agent does not count OOM kills"); }
+  virtual Result<uint64_t> oomKills() {
+    return makeError(ErrorKind::kUnsupported, "the agent does not count OOM kills");
+  }
   virtual Status ping(Duration timeout) = 0;
 };
 

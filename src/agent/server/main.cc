@@ -90,6 +90,8 @@ int main(int argc, char** argv) {
     options.is_pid1 = getpid() == 1;
     return space::agent::serve(options);
   }
-  std::fprintf(stderr, "usage: space-agent --jail-init …  |  space-agent --listen PATH [--root DIR] [--vmstat FILE]  |  space-agent --vm-init\n");
+  std::fprintf(stderr,
+               "usage: space-agent --jail-init …  |  space-agent --listen PATH [--root DIR] [--vmstat FILE]  |  "
+               "space-agent --vm-init\n");
   return 2;
 }

@@ -52,8 +52,9 @@ void Server::noteOomKill(Process& p) {
 void Server::opUsage(uint32_t ch) {
   auto kills = oomKillCount();
   if (!kills) {
-    return sendControl(ch, protocol::errorEvent(Error{ErrorKind::kUnsupported, 0,
-                                                      "this agent does not count OOM kills (its kernel is the host's)"}));
+    return sendControl(
+        ch, protocol::errorEvent(
+                Error{ErrorKind::kUnsupported, 0, "this agent does not count OOM kills (its kernel is the host's)"}));
   }
   sendControl(ch, {{"event", "done"}, {"oom_kills", *kills}});
 }

@@ -67,7 +67,7 @@ struct Process {
   int wait_status = 0;
   bool timed_out = false;
   std::optional<uint64_t> oom_kills_at_start;  // the kernel's OOM kill count at spawn, where counted
-  bool oom_killed = false;       // it died of SIGKILL while that count rose (oom_count.cc)
+  bool oom_killed = false;                     // it died of SIGKILL while that count rose (oom_count.cc)
   uint32_t channel = 0;          // foreground: the host channel; 0 once detached
   std::string bg_id;             // background: "p1", ...
   OutputRing ring;               // background output

@@ -127,7 +127,6 @@ void markOomKill(RouteContext& ctx, std::optional<uint64_t> oom_before, const ag
     exit_line["memory_limit_mib"] = view->record.spec["limits"].value("memory_bytes", uint64_t{0}) >> 20;
 }
 
-
 void registerExecRoutes(Router& r) {
   registerExecSessionRoute(r);
   r.add("POST", "/v1/sandboxes/{id}/exec", [](RouteContext& ctx) -> Status {
@@ -148,10 +147,12 @@ void registerExecRoutes(Router& r) {
     Status st = ctx.resp.beginStream(200, "application/x-ndjson", std::nullopt);
     if (st) st = ctx.resp.write(ndjsonLine({{"type", "started"}, {"pid", stream->pid()}}));
     bool client_gone = false;
-    if (st) st = streamEvents(ctx.resp, [&] { return nextWhileClientStays(*stream, ctx.resp, &client_gone); },
-                              [&](const agent::ExitStatus& exit, nlohmann::json& exit_line) {
-                                markOomKill(ctx, oom_before, exit, exit_line);
-                              });
+    if (st)
+      st = streamEvents(
+          ctx.resp, [&] { return nextWhileClientStays(*stream, ctx.resp, &client_gone); },
+          [&](const agent::ExitStatus& exit, nlohmann::json& exit_line) {
+            markOomKill(ctx, oom_before, exit, exit_line);
+          });
     if (st) st = ctx.resp.end();
     // The client is gone: nobody will read the rest. The agent signals the whole process group.
     if (!st || client_gone) (void)stream->signal(SIGKILL);
