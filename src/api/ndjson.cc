@@ -23,7 +23,7 @@ nlohmann::json execEventJson(const agent::ExecEvent& event) {
 }
 
 Status streamEvents(http::ResponseWriter& resp, const std::function<Result<agent::ExecEvent>()>& next,
-                    const std::function<void(nlohmann::json& exit_line)>& annotate_exit) {
+                    const AnnotateExit& annotate_exit) {
   for (;;) {
     auto ev = next();
     if (!ev) {
@@ -32,7 +32,7 @@ Status streamEvents(http::ResponseWriter& resp, const std::function<Result<agent
       return resp.write(ndjsonLine(line));
     }
     nlohmann::json line = execEventJson(*ev);
-    if (ev->kind == agent::ExecEvent::Kind::kExit && annotate_exit) annotate_exit(line);
+    if (ev->kind == agent::ExecEvent::Kind::kExit && annotate_exit) annotate_exit(ev->exit, line);
     TRY(resp.write(ndjsonLine(line)));
     if (ev->kind == agent::ExecEvent::Kind::kExit) return ok();
   }

@@ -20,8 +20,9 @@ nlohmann::json execEventJson(const agent::ExecEvent& event);
 
 // Writes events from next() until the exit event. An agent error becomes a final {"type":"error"} line
 // (the status line went out long ago). Returns an error only when the client went away.
-// annotate_exit may add to the exit line before it goes out.
+// annotate_exit may add to the exit line (made from the agent's exit) before it goes out.
+using AnnotateExit = std::function<void(const agent::ExitStatus& exit, nlohmann::json& exit_line)>;
 Status streamEvents(http::ResponseWriter& resp, const std::function<Result<agent::ExecEvent>()>& next,
-                    const std::function<void(nlohmann::json& exit_line)>& annotate_exit = nullptr);
+                    const AnnotateExit& annotate_exit = nullptr);
 
 }  // namespace space::api

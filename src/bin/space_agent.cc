@@ -1,6 +1,6 @@
 // space-agent: PID 1 of every sandbox.
 //   space-agent --jail-init …         started by the jail runtime: contain, then serve
-//   space-agent --listen PATH [--root DIR]   serve on a unix socket without containment (tests)
+//   space-agent --listen PATH [--root DIR] [--vmstat FILE]   serve on a unix socket without containment (tests)
 //   space-agent --vm-init             PID 1 of a SPACE microVM: mount, load modules, serve on virtio-serial
 #include <sys/reboot.h>
 #include <sys/prctl.h>
@@ -78,14 +78,20 @@ int main(int argc, char** argv) {
       std::fprintf(stderr, "space-agent: listen on %s: %s\n", argv[2], std::strerror(errno));
       return 1;
     }
-    if (argc >= 5 && std::strcmp(argv[3], "--root") == 0) {
-      options.root = argv[4];
-      options.publish_generation = true;  // never into the host's own /run
+    for (int i = 3; i + 1 < argc; i += 2) {
+      if (std::strcmp(argv[i], "--root") == 0) {
+        options.root = argv[i + 1];
+        options.publish_generation = true;  // never into the host's own /run
+      } else if (std::strcmp(argv[i], "--vmstat") == 0) {
+        options.vmstat_path = argv[i + 1];  // tests: a file of their own stands in for a guest's /proc/vmstat
+      }
     }
     if (const char* path = getenv("PATH")) options.base_env["PATH"] = path;
     options.is_pid1 = getpid() == 1;
     return space::agent::serve(options);
   }
-  std::fprintf(stderr, "usage: space-agent --jail-init …  |  space-agent --listen PATH [--root DIR]  |  space-agent --vm-init\n");
+  std::fprintf(stderr,
+               "usage: space-agent --jail-init …  |  space-agent --listen PATH [--root DIR] [--vmstat FILE]  |  "
+               "space-agent --vm-init\n");
   return 2;
 }

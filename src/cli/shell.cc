@@ -22,9 +22,7 @@ std::pair<int, int> terminalSize() {
   return {24, 80};
 }
 
-}  // namespace
-
-Result<std::string> shellTarget(const std::string& id, const ShellOptions& o, int rows, int cols) {
+Result<std::vector<std::string>> shellArgv(const ShellOptions& o) {
   std::vector<std::string> argv = o.argv;
   if (argv.empty()) {
     // --cmd names one program, as the API's cmd= does; a command line would be looked up as one name.
@@ -34,12 +32,34 @@ Result<std::string> shellTarget(const std::string& id, const ShellOptions& o, in
     }
     argv.push_back(o.program.empty() ? "/bin/sh" : o.program);
   }
+  return argv;
+}
+
+}  // namespace
+
+Result<std::string> shellTarget(const std::string& id, const ShellOptions& o, int rows, int cols) {
+  ASSIGN_OR_RETURN(std::vector<std::string> argv, shellArgv(o));
   std::string target = fmt::format("/v1/sandboxes/{}/pty?cmd={}", http::percentEncode(id), http::percentEncode(argv[0]));
   for (size_t i = 1; i < argv.size(); ++i) target += "&arg=" + http::percentEncode(argv[i]);
   return target + fmt::format("&rows={}&cols={}", rows, cols);
 }
 
 int cmdShell(Context& ctx, const std::string& id, const ShellOptions& o) {
+  // Input that is not a terminal (`echo ls | space shell ID`, a script redirected in) has a real end,
+  // which a terminal cannot pass on: a PTY's only end of input is the EOF character, and a shell's line
+  // editor may take that as a keystroke and wait on. So the command runs on pipes, as `space exec -i`
+  // runs it, and ends when its input does: what `kubectl exec -it` does when stdin is not a TTY.
+  if (!::isatty(STDIN_FILENO)) {
+    auto argv = shellArgv(o);
+    if (!argv) {
+      fmt::print(stderr, "space: {}\n", argv.error().message);
+      return 2;
+    }
+    ExecOptions exec;
+    exec.argv = std::move(*argv);
+    exec.interactive = true;
+    return cmdExec(ctx, id, exec);
+  }
   auto [rows, cols] = terminalSize();
   auto target = shellTarget(id, o, rows, cols);
   if (!target) {
@@ -86,14 +106,7 @@ int cmdShell(Context& ctx, const std::string& id, const ShellOptions& o) {
       if (n <= 0) break;
       ws->sendBinary(std::string(buf, static_cast<size_t>(n)));
     }
-    // Piped input ended (`echo ls | space shell ID`): the terminal gets its EOF character, so that a
-    // shell reading it exits instead of waiting forever: Ctrl-D, as a user would type it (a shell's line
-    // editor runs the terminal raw and reads it itself). Again every second while the session lasts: a
-    // shell that sets up its line editor after the input arrived flushes what was typed ahead, that too.
-    for (;;) {
-      ws->sendBinary(std::string(1, '\x04'));
-      std::this_thread::sleep_for(std::chrono::seconds(1));
-    }
+    // The local terminal is gone (hung up): the session ends with the CLI, which SIGHUP ends too.
   }).detach();
 
   int exit_code = -1;

@@ -124,6 +124,7 @@ class Manager final : public SandboxManager {
   // The tier `name` when this node can run sandboxes on it, else why not.
   Result<runtime::Runtime*> availableTier(const std::string& name) const;
   SandboxView viewOf(const store::SandboxRecord& record, bool with_usage);
+  std::optional<uint64_t> agentOomKills(const std::string& id);
   // The live instance of a record (connection and all), or one rebuilt from its persisted state.
   runtime::Instance instanceOf(const store::SandboxRecord& rec);
 

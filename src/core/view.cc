@@ -42,12 +42,28 @@ nlohmann::json SandboxView::toJson() const {
   return j;
 }
 
+// Where the runtime cannot count OOM kills from the host (a VM: its guest kernel does the killing), the
+// sandbox's agent reads its own kernel's count. The live connection only: inspect neither wakes nor
+// reconnects a sandbox for it.
+std::optional<uint64_t> Manager::agentOomKills(const std::string& id) {
+  std::shared_ptr<agent::AgentClient> agent;
+  {
+    std::lock_guard lock(mu_);
+    if (auto it = live_.find(id); it != live_.end()) agent = it->second.agent;
+  }
+  if (!agent || !agent->alive()) return std::nullopt;
+  auto kills = agent->oomKills();
+  if (!kills) return std::nullopt;
+  return *kills;
+}
+
 SandboxView Manager::viewOf(const store::SandboxRecord& record, bool with_usage) {
   SandboxView v;
   v.record = record;
   v.capabilities = runtimeFor(record.runtime).capabilities();
   if (with_usage && record.state == SandboxState::kRunning) {
     auto u = runtimeFor(record.runtime).usage(runtime::PersistedInstance{record.id, record.runtime, record.persisted});
+    if (u && !u->oom_kills) u->oom_kills = agentOomKills(record.id);
     if (u) v.usage = *u;
   }
   return v;

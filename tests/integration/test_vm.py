@@ -43,6 +43,25 @@ def test_one_create_gets_the_same_default_limits_on_both_tiers(client, make_sand
     assert vm_limits["memory_mib"] == 512, vm_limits
 
 
+def test_guest_oom_kill_is_137_with_its_reason(daemon, client, make_vm):
+    # The guest kernel's OOM killer, not the host's: the VM has 128 MiB, and awk keeps a new 1 MiB string
+    # for ever until the guest has no page left. (Small allocations: the guest's kernel refuses a single
+    # one larger than its RAM outright, as it did dd's 200 MiB buffer, which is no OOM kill.)
+    sid = make_vm(memory_mib=128)
+    cli = lambda *args: spacelib.run_cli(daemon.sock, *args, timeout=300)  # noqa: E731
+    r = cli("exec", sid, "--", "awk", 'BEGIN { s = "x"; while (length(s) < 1048576) s = s s; '
+            "for (i = 0; ; i++) kept[i] = s i }")
+    stderr = r.stderr.decode(errors="replace")
+    assert r.returncode == 137, (r.returncode, stderr)
+    assert "killed: memory limit 128 MiB" in stderr, stderr
+    usage = client.get(sid)["usage"]
+    assert usage["oom_kills"] >= 1, usage
+    # An ordinary SIGKILL is not reported as the memory limit's, nor counted.
+    r = cli("exec", sid, "--", "sh", "-c", "kill -9 $$")
+    assert r.returncode == 137 and "memory limit" not in r.stderr.decode(errors="replace"), r.stderr
+    assert client.get(sid)["usage"]["oom_kills"] == usage["oom_kills"], client.get(sid)["usage"]
+
+
 def test_pause_resume_keeps_files_processes_and_memory(client, make_vm):
     sid = make_vm()
     bg = client.start_process(sid, shell="i=0; while true; do i=$((i+1)); echo $i > /tmp/count.new; mv /tmp/count.new /tmp/count; sleep 0.2; done")

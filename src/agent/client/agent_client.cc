@@ -164,6 +164,13 @@ class AgentClientImpl : public AgentClient {
     return ok();
   }
 
+  Result<uint64_t> oomKills() override {
+    ASSIGN_OR_RETURN(json done, request({{"op", "usage"}}));
+    int64_t kills = protocol::optInt(done, "oom_kills", -1);
+    if (kills < 0) return makeError(ErrorKind::kInternal, "agent sent usage without oom_kills");
+    return static_cast<uint64_t>(kills);
+  }
+
   Status ping(Duration timeout) override {
     TRY(request({{"op", "ping"}}, {}, timeout));
     return ok();

@@ -35,6 +35,9 @@ struct ExitStatus {
   int exit_code = -1;  // -1 when killed by a signal
   int signal = 0;
   bool timed_out = false;
+  // The agent's own kernel (a VM guest's) counted an OOM kill as the process died of SIGKILL. Older
+  // agents and jails never say so; there the host's cgroup tells.
+  bool oom_killed = false;
 };
 
 struct ExecEvent {
@@ -159,6 +162,11 @@ class AgentClient {
   virtual Status remove(const std::string& path, bool recursive) = 0;
 
   virtual Status setIdentity(const Identity& identity) = 0;
+  // The OOM kills the agent's own kernel has counted (a VM guest's); kUnsupported where its kernel is
+  // the host's (a jail) or the agent predates the count.
+  virtual Result<uint64_t> oomKills() {
+    return makeError(ErrorKind::kUnsupported, "the agent does not count OOM kills");
+  }
   virtual Status ping(Duration timeout) = 0;
 };
 

@@ -176,6 +176,7 @@ ExitStatus exitStatusFrom(const nlohmann::json& ev) {
   st.exit_code = static_cast<int>(protocol::optInt(ev, "exit_code", -1));
   st.signal = static_cast<int>(protocol::optInt(ev, "signal", 0));
   st.timed_out = protocol::optBool(ev, "timed_out", false);
+  st.oom_killed = protocol::optBool(ev, "oom_killed", false);
   return st;
 }
 

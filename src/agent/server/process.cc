@@ -63,7 +63,9 @@ json exitEvent(const Process& p) {
   int code = -1, sig = 0;
   if (WIFEXITED(p.wait_status)) code = WEXITSTATUS(p.wait_status);
   if (WIFSIGNALED(p.wait_status)) sig = WTERMSIG(p.wait_status);
-  return {{"event", "exit"}, {"exit_code", code}, {"signal", sig}, {"timed_out", p.timed_out}};
+  json ev = {{"event", "exit"}, {"exit_code", code}, {"signal", sig}, {"timed_out", p.timed_out}};
+  if (p.oom_killed) ev["oom_killed"] = true;
+  return ev;
 }
 
 Process* Server::process(uint64_t key) {
@@ -159,6 +161,7 @@ Result<Process*> Server::startProcess(const json& msg, bool background) {
     if (timerfd_settime(proc->timer.get(), 0, &its, nullptr) < 0) return sysError(errno, "timerfd_settime");
   }
 
+  proc->oom_kills_at_start = oomKillCount();
   ASSIGN_OR_RETURN(proc->pid, spawnChild(spec));
   proc->key = next_key_++;
   proc->argv = std::move(argv);
@@ -287,6 +290,7 @@ void Server::reapChildren() {
     if (!p) continue;
     p->exited = true;
     p->wait_status = status;
+    noteOomKill(*p);
     unwatch(p->timer.get(), &p->timer_watch);
     p->timer.reset();
     finishIfDone(*p);

@@ -366,6 +366,7 @@ void Server::handleRequest(uint32_t ch, const json& msg) {
     if (op == "move") return opMove(ch, msg);
     if (op == "remove") return opRemove(ch, msg);
     if (op == "set_identity") return opSetIdentity(ch, msg);
+    if (op == "usage") return opUsage(ch);
     if (op == "ping") return sendControl(ch, {{"event", "done"}});
     sendControl(ch, protocol::errorEvent(Error{ErrorKind::kUnsupported, 0, fmt::format("unknown op \"{}\"", op)}));
   } catch (const json::exception& e) {

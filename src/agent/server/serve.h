@@ -18,6 +18,10 @@ struct ServeOptions {
   bool is_pid1 = false;                      // reap orphans; exit ends the sandbox
   // Keep run/space/generation beneath root (generation.cc). Off where root is the host's own /.
   bool publish_generation = false;
+  // The kernel's vmstat file where that kernel is the sandbox's own (a VM guest's /proc/vmstat): its
+  // oom_kill counter tells an exec the OOM killer ended from any other SIGKILL. Empty where the kernel
+  // is the host's (a jail, whose host reads the sandbox's cgroup instead).
+  std::string vmstat_path;
 };
 
 // Returns the process exit code.

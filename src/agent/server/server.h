@@ -11,6 +11,7 @@
 #include <deque>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -65,6 +66,8 @@ struct Process {
   bool exited = false;
   int wait_status = 0;
   bool timed_out = false;
+  std::optional<uint64_t> oom_kills_at_start;  // the kernel's OOM kill count at spawn, where counted
+  bool oom_killed = false;                     // it died of SIGKILL while that count rose (oom_count.cc)
   uint32_t channel = 0;          // foreground: the host channel; 0 once detached
   std::string bg_id;             // background: "p1", ...
   OutputRing ring;               // background output
@@ -181,6 +184,11 @@ class Server {
   void writeUploadChunk(Channel& c, const std::string& data);
   void finishUpload(Channel& c);
   void abandonUpload(Channel& c);
+
+  // oom_count.cc
+  std::optional<uint64_t> oomKillCount() const;
+  void noteOomKill(Process& p);
+  void opUsage(uint32_t ch);
 
   // identity.cc
   void opSetIdentity(uint32_t ch, const json& msg);

@@ -98,7 +98,7 @@ std::string errorText(const Error& e) {
 }
 
 // Agent events -> client messages, until the exit (or the agent's failure).
-void pumpOutput(agent::ExecStream& stream, http::WebSocket& ws, const std::function<void(nlohmann::json&)>& annotate_exit) {
+void pumpOutput(agent::ExecStream& stream, http::WebSocket& ws, const AnnotateExit& annotate_exit) {
   for (;;) {
     auto ev = stream.next();
     if (!ev) {
@@ -107,7 +107,7 @@ void pumpOutput(agent::ExecStream& stream, http::WebSocket& ws, const std::funct
     }
     if (ev->kind == agent::ExecEvent::Kind::kExit) {
       nlohmann::json exit = exitJson(ev->exit);
-      annotate_exit(exit);
+      annotate_exit(ev->exit, exit);
       ws.sendText(exit.dump());
       return;
     }
@@ -163,7 +163,9 @@ void registerExecSessionRoute(Router& r) {
         if (req->stdin_open) feeder = std::make_unique<StdinFeeder>(*stream);
         ws->sendText(nlohmann::json{{"type", "started"}, {"pid", stream->pid()}}.dump());
         pump = std::thread([&] {
-          pumpOutput(*stream, *ws, [&](nlohmann::json& exit) { markOomKill(ctx, oom_before, exit); });
+          pumpOutput(*stream, *ws, [&](const agent::ExitStatus& status, nlohmann::json& exit) {
+            markOomKill(ctx, oom_before, status, exit);
+          });
           ended = true;
           ws->close();
         });

@@ -18,8 +18,9 @@ void registerSandboxRoutes(Router& r);
 void registerExecRoutes(Router& r);
 void registerExecSessionRoute(Router& r);  // called by registerExecRoutes
 // Marks an exec's exit line {"oom_killed": true, "memory_limit_mib": N} when it died of SIGKILL while the
-// sandbox's OOM kill counter rose past oom_before (exec.cc).
-void markOomKill(RouteContext& ctx, std::optional<uint64_t> oom_before, nlohmann::json& exit_line);
+// sandbox's OOM kill counter rose past oom_before, or its agent saw its own kernel's count rise (exec.cc).
+void markOomKill(RouteContext& ctx, std::optional<uint64_t> oom_before, const agent::ExitStatus& exit,
+                 nlohmann::json& exit_line);
 void registerProcessRoutes(Router& r);
 void registerPtyRoutes(Router& r);
 void registerFileRoutes(Router& r);

@@ -12,6 +12,7 @@
 #include <fstream>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include <gtest/gtest.h>
 
@@ -62,13 +63,18 @@ class AgentProcess {
     fs::remove_all(dir_, ec);
   }
 
-  // Returns false (and the test should skip) when no binary is available.
-  bool start() {
+  // Returns false (and the test should skip) when no binary is available. extra_args follow --root.
+  bool start(const std::vector<std::string>& extra_args = {}) {
     std::string bin = findAgentBinary();
     if (bin.empty()) return false;
+    std::vector<std::string> args = {bin, "--listen", socket_, "--root", root_.string()};
+    args.insert(args.end(), extra_args.begin(), extra_args.end());
+    std::vector<char*> argv;
+    for (auto& a : args) argv.push_back(a.data());
+    argv.push_back(nullptr);
     pid_ = fork();
     if (pid_ == 0) {
-      execl(bin.c_str(), bin.c_str(), "--listen", socket_.c_str(), "--root", root_.c_str(), nullptr);
+      execv(bin.c_str(), argv.data());
       _exit(127);
     }
     for (int i = 0; i < 500 && !fs::exists(socket_); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
