@@ -101,6 +101,7 @@ int cmdKeyRevoke(Context& ctx, const std::string& id);
 
 struct TemplateBuildOptions {
   std::string name, debootstrap, packages, variant, mirror, from_dir, from_tar;
+  std::string tar;  // a tarball (or "-": stdin) uploaded to the daemon
 };
 int cmdTemplateBuild(Context& ctx, const TemplateBuildOptions& o);
 int cmdTemplateLs(Context& ctx);

@@ -62,12 +62,12 @@ struct ListSandboxes {
 
 struct BuildTemplate {
   std::string name;
-  std::string kind;                             // "debootstrap" | "dir" | "tar"
+  std::string kind;                             // "debootstrap" | "dir" | "tar" | "upload" (API only)
   std::string suite = "bookworm";               // debootstrap
   std::string variant = "minbase";
   std::vector<std::string> packages;            // debootstrap
   std::string mirror;                           // debootstrap; empty = Debian's default
-  std::string path;                             // dir / tar: a path on the daemon's host
+  std::string path;                             // dir / tar: a path on the daemon's host; upload: its spool
 };
 
 using ProgressFn = std::function<void(const std::string& line)>;
