@@ -234,7 +234,7 @@ int cmdRun(Context& ctx, const CreateOptions& c, const ExecOptions& o) {
   // From here a Ctrl-C is the command's to handle: one that comes while the sandbox is made waits and
   // reaches the command when it starts; the sandbox is deleted whichever way the command ends.
   blockStopSignals();
-  auto sandbox = callJson(ctx, "POST", "/v1/sandboxes", *create);
+  auto sandbox = createSandbox(ctx, *create);
   if (!sandbox) return fail(&ctx, sandbox.error());
   std::string id = sandbox->value("id", "");
   if (ctx.json) printJson({{"type", "sandbox"}, {"id", id}});  // the stream's first event: which sandbox ran it

@@ -35,6 +35,8 @@ struct CreateSandbox {
   bool cold_boot = false;                       // vm: boot the kernel instead of restoring the template's snapshot
   std::optional<nlohmann::json> network;        // egress policy (validated, normalised); unset = deny-all
   std::vector<std::string> secrets;             // names of stored secrets the sandbox gets placeholders for
+  // Told what the create does that takes long (a first VM of a template warms it); unset: nobody asked.
+  std::function<void(const std::string& line)> progress;
 };
 
 // PUT /v1/secrets/{name} and POST /v1/secrets: the value is sealed before it is stored, never returned.
