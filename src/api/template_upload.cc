@@ -72,8 +72,8 @@ class SymlinkGuard {
       std::string prefix = walk.substr(0, slash);
       if (links_.count(prefix)) {
         return makeError(ErrorKind::kInvalidArgument,
-                         "tar entry '{}': {} goes through '{}', a symlink made earlier in the archive", path.substr(0, 256),
-                         what, prefix.substr(0, 256));
+                         "tar entry '{}': {} goes through '{}', a symlink made earlier in the archive",
+                         path.substr(0, 256), what, prefix.substr(0, 256));
       }
     }
     return ok();
@@ -120,7 +120,8 @@ Result<UploadSummary> spoolTemplateUpload(const TarSource& source, int out_fd, u
   // pax: no limit on name length or file size, and xattrs as SCHILY.xattr, which GNU tar extracts.
   archive_write_set_format_pax_restricted(out.get());
   archive_write_set_bytes_in_last_block(out.get(), 1);
-  if (archive_write_open_fd(out.get(), out_fd) != ARCHIVE_OK) return tl::unexpected(writeFailure(out.get(), "open").error());
+  if (archive_write_open_fd(out.get(), out_fd) != ARCHIVE_OK)
+    return tl::unexpected(writeFailure(out.get(), "open").error());
 
   UploadSummary summary;
   SymlinkGuard links;
@@ -130,7 +131,8 @@ Result<UploadSummary> spoolTemplateUpload(const TarSource& source, int out_fd, u
     if (content <= limit_bytes) return ok();
     return makeError(ErrorKind::kResourceExhausted,
                      "the template's content is larger than this daemon's upload limit of {} MiB "
-                     "(template_upload_max_mib in its config)", limit_bytes >> 20);
+                     "(template_upload_max_mib in its config)",
+                     limit_bytes >> 20);
   };
   std::vector<char> buf(kChunk);
   for (;;) {
@@ -149,9 +151,12 @@ Result<UploadSummary> spoolTemplateUpload(const TarSource& source, int out_fd, u
     }
     if (const char* hard = archive_entry_hardlink(e)) {
       auto target = safeEntryName(hard);
-      if (!target) return makeError(ErrorKind::kInvalidArgument, "tar entry '{}': its hard-link target: {}",
-                                    name.substr(0, 256), target.error().message);
-      if (target->empty()) return makeError(ErrorKind::kInvalidArgument, "tar entry '{}' is a hard link to the tree's root", name.substr(0, 256));
+      if (!target)
+        return makeError(ErrorKind::kInvalidArgument, "tar entry '{}': its hard-link target: {}", name.substr(0, 256),
+                         target.error().message);
+      if (target->empty())
+        return makeError(ErrorKind::kInvalidArgument, "tar entry '{}' is a hard link to the tree's root",
+                         name.substr(0, 256));
       TRY(links.check(*target, /*including_itself=*/false, "its hard-link target"));
       archive_entry_set_hardlink(e, target->c_str());
     }
@@ -183,13 +188,16 @@ std::vector<std::string> uploadWarnings(const UploadSummary& summary) {
   if (summary.devices_skipped) {
     std::string names;
     for (const auto& d : summary.devices) names += (names.empty() ? "" : ", ") + d;
-    out.push_back(fmt::format("{} device node(s) not made ({}{}): an uploaded tree gets none; every sandbox's /dev "
-                              "is SPACE's own", summary.devices_skipped, names,
-                              summary.devices_skipped > summary.devices.size() ? ", ..." : ""));
+    out.push_back(
+        fmt::format("{} device node(s) not made ({}{}): an uploaded tree gets none; every sandbox's /dev "
+                    "is SPACE's own",
+                    summary.devices_skipped, names, summary.devices_skipped > summary.devices.size() ? ", ..." : ""));
   }
   if (summary.xattrs_dropped) {
-    out.push_back(fmt::format("{} extended attribute(s) outside user.* and POSIX ACLs dropped (security.*, "
-                              "trusted.* are the host's to set)", summary.xattrs_dropped));
+    out.push_back(
+        fmt::format("{} extended attribute(s) outside user.* and POSIX ACLs dropped (security.*, "
+                    "trusted.* are the host's to set)",
+                    summary.xattrs_dropped));
   }
   return out;
 }

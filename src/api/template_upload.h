@@ -24,9 +24,9 @@ namespace space::api {
 
 struct UploadSummary {
   uint64_t entries = 0;
-  uint64_t bytes = 0;                      // of file data
+  uint64_t bytes = 0;  // of file data
   uint64_t devices_skipped = 0;
-  std::vector<std::string> devices;        // the first few skipped device names
+  std::vector<std::string> devices;  // the first few skipped device names
   uint64_t xattrs_dropped = 0;
 };
 

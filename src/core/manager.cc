@@ -309,8 +309,9 @@ Result<SandboxView> Manager::create(const CreateSandbox& cmd) {
     if (warming && cmd.progress) cmd.progress(*warming);
     auto t0 = std::chrono::steady_clock::now();
     auto fresh = startSandbox(*tpl, limits, cmd.env, /*pooled=*/false, isolation, cmd.cold_boot);
-    if (warming && fresh) last_vm_warm_ms_ = std::chrono::duration_cast<std::chrono::milliseconds>(
-                                                 std::chrono::steady_clock::now() - t0).count();
+    if (warming && fresh)
+      last_vm_warm_ms_ =
+          std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - t0).count();
     if (!fresh) {
       counters_.create_failures++;
       return tl::unexpected(fresh.error());
@@ -524,7 +525,8 @@ Result<nlohmann::json> Manager::warmTemplate(const std::string& name) {
                         {"vcpus", vt.vcpus},    {"base_image", vt.base_image}, {"elapsed_ms", ms}};
 }
 
-std::optional<std::string> Manager::vmWarmNotice(const store::TemplateRecord& tpl, const runtime::Limits& limits) const {
+std::optional<std::string> Manager::vmWarmNotice(const store::TemplateRecord& tpl,
+                                                 const runtime::Limits& limits) const {
   if (!vm_) return std::nullopt;
   auto accel = vm_->accelIfDecided();
   if (!accel) return std::nullopt;  // the create waits for the KVM probe first; whether it warms is not known

@@ -121,9 +121,11 @@ void registerTemplateRoutes(Router& r) {
     // upload the tree (PUT /v1/templates/{name}/archive).
     if (cmd.kind != "debootstrap" && !ctx.req.trusted) {
       ctx.error_status = 403;
-      return makeError(ErrorKind::kUnauthenticated, "a template from a path on the daemon's host can be built only over "
+      return makeError(ErrorKind::kUnauthenticated,
+                       "a template from a path on the daemon's host can be built only over "
                        "the unix socket; upload the tree instead (PUT /v1/templates/{}/archive, `space template build "
-                       "{} --tar FILE`)", cmd.name, cmd.name);
+                       "{} --tar FILE`)",
+                       cmd.name, cmd.name);
     }
     return streamBuild(ctx, cmd, {});
   });
@@ -134,8 +136,10 @@ void registerTemplateRoutes(Router& r) {
     uint64_t limit = ctx.options.template_upload_limit_bytes;
     if (auto length = ctx.body.contentLength(); length && *length > limit) {
       ctx.error_status = 413;
-      return makeError(ErrorKind::kInvalidArgument, "the upload ({} MiB) is larger than this daemon's limit of {} MiB "
-                       "(template_upload_max_mib in its config)", *length >> 20, limit >> 20);
+      return makeError(ErrorKind::kInvalidArgument,
+                       "the upload ({} MiB) is larger than this daemon's limit of {} MiB "
+                       "(template_upload_max_mib in its config)",
+                       *length >> 20, limit >> 20);
     }
     std::string spool = ctx.manager.scratchPath("template-upload");
     Defer remove([&] { ::unlink(spool.c_str()); });
@@ -143,10 +147,11 @@ void registerTemplateRoutes(Router& r) {
     {
       UniqueFd fd(::open(spool.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600));
       if (!fd) return sysError(errno, "create {}", spool);
-      auto spooled = spoolTemplateUpload(
-          [&](char* out, size_t max) { return ctx.body.read(out, max); }, fd.get(), limit);
+      auto spooled =
+          spoolTemplateUpload([&](char* out, size_t max) { return ctx.body.read(out, max); }, fd.get(), limit);
       if (!spooled) {
-        if (spooled.error().kind == ErrorKind::kResourceExhausted && spooled.error().sys_errno == 0) ctx.error_status = 413;
+        if (spooled.error().kind == ErrorKind::kResourceExhausted && spooled.error().sys_errno == 0)
+          ctx.error_status = 413;
         return tl::unexpected(spooled.error().context("upload template " + ctx.param("name")));
       }
       summary = *spooled;
