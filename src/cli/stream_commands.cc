@@ -1,6 +1,5 @@
 // Commands that stream NDJSON from the daemon: exec, run, logs, template build; and the background
 // process commands next to them.
-#include <fmt/format.h>
 #include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -9,6 +8,8 @@
 #include <iostream>
 #include <iterator>
 #include <thread>
+
+#include <fmt/format.h>
 
 #include "cli/commands.h"
 #include "cli/durations.h"
@@ -304,8 +305,7 @@ Result<UniqueFd> templateUploadBody(const TemplateBuildOptions& o) {
 int cmdTemplateBuild(Context& ctx, const TemplateBuildOptions& o) {
   int sources = !o.debootstrap.empty() + !o.from_dir.empty() + !o.from_tar.empty() + !o.tar.empty();
   if (sources != 1) {
-    fmt::print(stderr,
-               "space: give exactly one of --debootstrap SUITE, --from-dir DIR, --from-tar FILE, --tar FILE|-\n");
+    fmt::print(stderr, "space: give exactly one of --debootstrap SUITE, --from-dir DIR, --from-tar FILE, --tar FILE|-\n");
     return 2;
   }
   bool upload = !o.tar.empty() || (!ctx.client.endpoint().is_unix && o.debootstrap.empty());
@@ -361,16 +361,15 @@ int cmdTemplateBuild(Context& ctx, const TemplateBuildOptions& o) {
     uint64_t length = static_cast<uint64_t>(st.st_size - (at > 0 ? at : 0));
     fmt::print(stderr, "uploading {} MiB\n", length >> 20);
     int fd = tar->get();
-    resp = ctx.client.upload(
-        "PUT", "/v1/templates/" + http::percentEncode(o.name) + "/archive", length,
-        [&](char* out, size_t max) -> Result<size_t> {
-          ssize_t n;
-          do n = ::read(fd, out, max);
-          while (n < 0 && errno == EINTR);
-          if (n < 0) return sysError(errno, "read the tarball");
-          return static_cast<size_t>(n);
-        },
-        sink);
+    resp = ctx.client.upload("PUT", "/v1/templates/" + http::percentEncode(o.name) + "/archive", length,
+                             [&](char* out, size_t max) -> Result<size_t> {
+                               ssize_t n;
+                               do n = ::read(fd, out, max);
+                               while (n < 0 && errno == EINTR);
+                               if (n < 0) return sysError(errno, "read the tarball");
+                               return static_cast<size_t>(n);
+                             },
+                             sink);
   } else {
     resp = ctx.client.stream("POST", "/v1/templates", body.dump(), sink);
   }
