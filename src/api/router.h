@@ -18,6 +18,7 @@ class Metrics;
 struct ApiOptions {
   size_t json_body_limit = 1 << 20;
   uint64_t host_memory_bytes = 0;  // 0 = read from the host at start
+  uint64_t template_upload_limit_bytes = 4096ull << 20;  // content of PUT /v1/templates/{name}/archive
 };
 
 struct RouteContext {

@@ -216,8 +216,13 @@ int main(int argc, char** argv) {
   c_tpl_build->add_option("--packages", tb.packages, "comma-separated extra packages");
   c_tpl_build->add_option("--variant", tb.variant, "debootstrap variant (default minbase)");
   c_tpl_build->add_option("--mirror", tb.mirror, "Debian mirror URL");
-  c_tpl_build->add_option("--from-dir", tb.from_dir, "a root filesystem directory on the daemon's host");
-  c_tpl_build->add_option("--from-tar", tb.from_tar, "a root filesystem tarball on the daemon's host");
+  c_tpl_build->add_option(
+      "--from-dir", tb.from_dir,
+      "a root filesystem directory on the daemon's host (packed and uploaded when SPACE_HOST is TCP)");
+  c_tpl_build->add_option("--from-tar", tb.from_tar,
+                          "a root filesystem tarball on the daemon's host (uploaded when SPACE_HOST is TCP)");
+  c_tpl_build->add_option("--tar", tb.tar,
+                          "a root filesystem tarball here (plain, gzip, zstd, xz; - for stdin), uploaded");
   auto* c_tpl_ls = c_tpl->add_subcommand("ls", "list templates");
   auto* c_tpl_rm = c_tpl->add_subcommand("rm", "remove a template");
   c_tpl_rm->add_option("NAME", name)->required();

@@ -169,7 +169,9 @@ int main(int argc, char** argv) {
     std::fflush(stdout);
     _exit(drained && drained->value("sandboxes_left", 1) == 0 ? 0 : 1);
   }
-  api::ApiServer api_server(**manager, api::ApiOptions{});
+  api::ApiOptions api_options;
+  api_options.template_upload_limit_bytes = config.template_upload_max_mib << 20;
+  api::ApiServer api_server(**manager, api_options);
   http::Server server([&](http::Request& req, http::BodyReader& body, http::ResponseWriter& resp) { api_server.handle(req, body, resp); },
                       http::ServerOptions{}, [&](const std::string& reason) { api_server.metrics().countRejection(reason); });
   if (auto st = server.listenUnix(config.socket_path); !st) {

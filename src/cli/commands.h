@@ -60,6 +60,9 @@ struct ShellOptions {
 
 // Builds the create body from the flags (kInvalidArgument on bad sizes or pairs).
 Result<nlohmann::json> createBody(const CreateOptions& o);
+// POST /v1/sandboxes, printing the daemon's progress lines (a template's first VM warming) on stderr;
+// the created sandbox.
+Result<nlohmann::json> createSandbox(Context& ctx, const nlohmann::json& body);
 Result<nlohmann::json> execBody(const ExecOptions& o);
 // Splits a cp argument: "sb-1:/root/x" -> {"sb-1", "/root/x"}; a local path -> {"", path}.
 std::pair<std::string, std::string> splitRemote(const std::string& arg);
@@ -101,6 +104,7 @@ int cmdKeyRevoke(Context& ctx, const std::string& id);
 
 struct TemplateBuildOptions {
   std::string name, debootstrap, packages, variant, mirror, from_dir, from_tar;
+  std::string tar;  // a tarball (or "-": stdin) uploaded to the daemon
 };
 int cmdTemplateBuild(Context& ctx, const TemplateBuildOptions& o);
 int cmdTemplateLs(Context& ctx);

@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "common/result.h"
+#include "common/unique_fd.h"
 #include "http/client.h"
 
 namespace space::cli {
@@ -43,6 +44,10 @@ int exitCodeOf(const nlohmann::json& exit_event);
 // Sends `size` bytes read from fd (the file `name`, for errors) as the request body.
 Result<http::ClientResponse> uploadFromFd(Context& ctx, const std::string& method, const std::string& target, int fd,
                                           uint64_t size, const std::string& name);
+// A nameless file in the temporary directory ($TMPDIR or /tmp) for spooled streams (cp.cc).
+Result<UniqueFd> anonymousFile();
+// A local file to upload, or stdin for "-": itself when it is a regular file, else spooled (cp.cc).
+Result<UniqueFd> openLocalSource(const std::string& local);
 // GET target into the local file `local` (temporary name, fsync, rename); 0 or fail()'s code.
 int downloadToFile(Context& ctx, const std::string& target, const std::string& local);
 

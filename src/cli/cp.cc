@@ -112,6 +112,8 @@ Status remoteMkdirs(Context& ctx, const std::string& id, const std::string& path
   return ok();
 }
 
+}  // namespace
+
 // A nameless file in the temporary directory: spooled uploads of unknown size, downloaded tar streams.
 Result<UniqueFd> anonymousFile() {
   const char* dir = std::getenv("TMPDIR");
@@ -120,6 +122,8 @@ Result<UniqueFd> anonymousFile() {
   if (!fd) return clientSysError(errno, "create a temporary file in {}", where);
   return fd;
 }
+
+namespace {
 
 Status writeAll(int fd, std::string_view d, const std::string& name) {
   while (!d.empty()) {
@@ -142,6 +146,8 @@ Status copyFd(int from, int to, const std::string& name) {
   }
 }
 
+}  // namespace
+
 // stdin as an uploadable file: itself when it is a regular file, else spooled (the daemon needs a length).
 Result<UniqueFd> openLocalSource(const std::string& local) {
   if (local != kStdio) {
@@ -156,6 +162,8 @@ Result<UniqueFd> openLocalSource(const std::string& local) {
   if (::lseek(spool.get(), 0, SEEK_SET) != 0) return clientSysError(errno, "rewind the spooled stdin");
   return spool;
 }
+
+namespace {
 
 int uploadBody(Context& ctx, const std::string& target, int fd, const std::string& name, json* answer = nullptr) {
   struct stat st {};

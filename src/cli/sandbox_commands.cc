@@ -64,10 +64,43 @@ Result<nlohmann::json> createBody(const CreateOptions& o) {
   return body;
 }
 
+Result<nlohmann::json> createSandbox(Context& ctx, const nlohmann::json& body) {
+  // ?progress=1: when the create takes long (a template's first VM warms it) the daemon says so as an
+  // NDJSON progress line, printed here on stderr, before the sandbox; otherwise it answers plain JSON.
+  std::string answer;
+  auto resp = ctx.client.stream("POST", "/v1/sandboxes?progress=1", body.dump(), [&](std::string_view d) -> Status {
+    size_t start = answer.size();
+    answer.append(d);
+    for (size_t nl; (nl = answer.find('\n', start)) != std::string::npos; start = nl + 1) {
+      auto line = nlohmann::json::parse(answer.substr(start, nl - start), nullptr, false);
+      if (line.is_object() && line.value("type", "") == "progress") fmt::print(stderr, "{}\n", line.value("line", ""));
+    }
+    return ok();
+  });
+  if (!resp) return tl::unexpected(resp.error());
+  TRY(checkResponse(*resp));
+  if (!resp->headers["content-type"].starts_with("application/x-ndjson")) {
+    auto j = nlohmann::json::parse(answer, nullptr, false);
+    if (j.is_discarded()) return makeError(ErrorKind::kInternal, "the daemon answered with invalid JSON");
+    return j;
+  }
+  std::optional<nlohmann::json> last;
+  for (size_t start = 0, nl; (nl = answer.find('\n', start)) != std::string::npos; start = nl + 1) {
+    auto line = nlohmann::json::parse(answer.substr(start, nl - start), nullptr, false);
+    if (line.is_object() && line.value("type", "") != "progress") last = line;
+  }
+  if (!last) return makeError(ErrorKind::kUnavailable, "the create stream ended without a result");
+  if (last->value("type", "") == "error") {
+    auto err = last->value("error", nlohmann::json::object());
+    return makeError(ErrorKind::kInternal, "{}", err.value("message", "create failed"));
+  }
+  return last->value("sandbox", nlohmann::json::object());
+}
+
 int cmdCreate(Context& ctx, const CreateOptions& o) {
   auto body = createBody(o);
   if (!body) return fail(&ctx, body.error());
-  auto j = callJson(ctx, "POST", "/v1/sandboxes", *body);
+  auto j = createSandbox(ctx, *body);
   if (!j) return fail(&ctx, j.error());
   printWarnings(*j);
   if (ctx.json) {

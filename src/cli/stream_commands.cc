@@ -1,6 +1,7 @@
 // Commands that stream NDJSON from the daemon: exec, run, logs, template build; and the background
 // process commands next to them.
 #include <signal.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -13,6 +14,7 @@
 #include "cli/commands.h"
 #include "cli/durations.h"
 #include "cli/output.h"
+#include "cli/template_tar.h"
 #include "http/base64.h"
 #include "http/url.h"
 
@@ -232,7 +234,7 @@ int cmdRun(Context& ctx, const CreateOptions& c, const ExecOptions& o) {
   // From here a Ctrl-C is the command's to handle: one that comes while the sandbox is made waits and
   // reaches the command when it starts; the sandbox is deleted whichever way the command ends.
   blockStopSignals();
-  auto sandbox = callJson(ctx, "POST", "/v1/sandboxes", *create);
+  auto sandbox = createSandbox(ctx, *create);
   if (!sandbox) return fail(&ctx, sandbox.error());
   std::string id = sandbox->value("id", "");
   if (ctx.json) printJson({{"type", "sandbox"}, {"id", id}});  // the stream's first event: which sandbox ran it
@@ -287,12 +289,26 @@ int cmdKill(Context& ctx, const std::string& id, const std::string& proc, const 
   return 0;
 }
 
+namespace {
+
+// The upload for a --tar build, or for a --from-dir / --from-tar build when the daemon is on another
+// host (it cannot read this machine's paths).
+Result<UniqueFd> templateUploadBody(const TemplateBuildOptions& o) {
+  if (!o.tar.empty()) return openTemplateTarball(o.tar);
+  if (!o.from_tar.empty()) return openTemplateTarball(o.from_tar);
+  fmt::print(stderr, "packing {} for the daemon at another host\n", o.from_dir);
+  return packTemplateDir(o.from_dir);
+}
+
+}  // namespace
+
 int cmdTemplateBuild(Context& ctx, const TemplateBuildOptions& o) {
-  int sources = !o.debootstrap.empty() + !o.from_dir.empty() + !o.from_tar.empty();
+  int sources = !o.debootstrap.empty() + !o.from_dir.empty() + !o.from_tar.empty() + !o.tar.empty();
   if (sources != 1) {
-    fmt::print(stderr, "space: give exactly one of --debootstrap SUITE, --from-dir DIR, --from-tar FILE\n");
+    fmt::print(stderr, "space: give exactly one of --debootstrap SUITE, --from-dir DIR, --from-tar FILE, --tar FILE|-\n");
     return 2;
   }
+  bool upload = !o.tar.empty() || (!ctx.client.endpoint().is_unix && o.debootstrap.empty());
   nlohmann::json body = {{"name", o.name}};
   if (!o.debootstrap.empty()) {
     body["kind"] = "debootstrap";
@@ -310,7 +326,7 @@ int cmdTemplateBuild(Context& ctx, const TemplateBuildOptions& o) {
       }
       body["packages"] = pkgs;
     }
-  } else {
+  } else if (!upload) {
     // The daemon reads the path on its own host: make it absolute here, where it was typed.
     std::string path = o.from_dir.empty() ? o.from_tar : o.from_dir;
     if (!path.empty() && path[0] != '/') {
@@ -321,19 +337,47 @@ int cmdTemplateBuild(Context& ctx, const TemplateBuildOptions& o) {
     body["path"] = path;
   }
   std::optional<nlohmann::json> done;
+  std::vector<std::string> warnings;
   std::optional<Error> failed;
   NdjsonReader reader([&](const nlohmann::json& line) -> Status {
     std::string type = line.value("type", "");
     if (type == "progress") fmt::print(stderr, "{}\n", line.value("line", ""));
-    if (type == "done") done = line.value("template", nlohmann::json::object());
+    if (type == "done") {
+      done = line.value("template", nlohmann::json::object());
+      for (const auto& w : line.value("warnings", nlohmann::json::array()))
+        if (w.is_string()) warnings.push_back(w.get<std::string>());
+    }
     if (type == "error") failed = Error{ErrorKind::kInternal, 0, line.value("error", nlohmann::json::object()).value("message", "build failed")};
     return ok();
   });
-  auto resp = ctx.client.stream("POST", "/v1/templates", body.dump(), [&](std::string_view d) { return reader.feed(d); });
+  auto sink = [&](std::string_view d) { return reader.feed(d); };
+  Result<http::ClientResponse> resp = makeError(ErrorKind::kInternal, "no request made");
+  if (upload) {
+    auto tar = templateUploadBody(o);
+    if (!tar) return fail(&ctx, tar.error());
+    struct stat st {};
+    if (::fstat(tar->get(), &st) != 0) return fail(&ctx, sysError(errno, "stat the tarball").value());
+    off_t at = ::lseek(tar->get(), 0, SEEK_CUR);
+    uint64_t length = static_cast<uint64_t>(st.st_size - (at > 0 ? at : 0));
+    fmt::print(stderr, "uploading {} MiB\n", length >> 20);
+    int fd = tar->get();
+    resp = ctx.client.upload("PUT", "/v1/templates/" + http::percentEncode(o.name) + "/archive", length,
+                             [&](char* out, size_t max) -> Result<size_t> {
+                               ssize_t n;
+                               do n = ::read(fd, out, max);
+                               while (n < 0 && errno == EINTR);
+                               if (n < 0) return sysError(errno, "read the tarball");
+                               return static_cast<size_t>(n);
+                             },
+                             sink);
+  } else {
+    resp = ctx.client.stream("POST", "/v1/templates", body.dump(), sink);
+  }
   if (!resp) return fail(&ctx, resp.error());
   if (auto st = checkResponse(*resp); !st) return fail(&ctx, st.error());
   if (failed) return fail(&ctx, *failed);
   if (!done) return fail(&ctx, Error{ErrorKind::kUnavailable, 0, "the build stream ended without a result"});
+  for (const auto& w : warnings) fmt::print(stderr, "space: warning: {}\n", w);
   fmt::print("{}\n", ctx.json ? done->dump() : done->value("name", o.name));
   return 0;
 }

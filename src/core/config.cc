@@ -101,6 +101,8 @@ Result<DaemonConfig> DaemonConfig::fromJson(const json& j, DaemonConfig base) {
       TRY(readInt(v, key, c.disk_volume_bytes, int64_t{300} << 20, int64_t{1} << 50));  // mkfs.xfs: 300 MiB at least
     } else if (key == "max_sandboxes") {
       TRY(readInt(v, key, c.max_sandboxes, 0, 1000000));
+    } else if (key == "template_upload_max_mib") {
+      TRY(readInt(v, key, c.template_upload_max_mib, 1, int64_t{1} << 30));
     } else if (key == "snapshot_kek") {
       TRY(readString(v, key, c.snapshot_kek));
     } else if (key == "snapshot_kek_previous") {
@@ -206,6 +208,7 @@ nlohmann::json DaemonConfig::toJson() const {
           {"max_paused_s", max_paused_s},
           {"disk_volume_bytes", disk_volume_bytes},
           {"max_sandboxes", max_sandboxes},
+          {"template_upload_max_mib", template_upload_max_mib},
           {"log_level", log_level},
           {"vm_kernel", vm_kernel},
           {"snapshot_kek", snapshot_kek.empty() ? "" : snapshot_kek.substr(0, snapshot_kek.find(':')) + ":…"},

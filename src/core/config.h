@@ -31,6 +31,9 @@ struct DaemonConfig {
   int64_t max_paused_s = 30 * 24 * 3600;
   uint64_t disk_volume_bytes = 64ull << 30;  // sparse size of the XFS volume holding writable layers
   int max_sandboxes = 1000;
+  // The largest template tree a client may upload (PUT /v1/templates/{name}/archive): its content, data
+  // plus 512 bytes a member, uncompressed. Bigger uploads get 413.
+  uint64_t template_upload_max_mib = 4096;
   std::string cgroup_parent = "space";     // sandboxes' cgroups live in <hierarchy>/<cgroup_parent>/<id>
   std::string log_level = "info";
   // The vm tier. Enabled when the guest artifacts exist (scripts/vm/build-guest) and QEMU runs; `auto`

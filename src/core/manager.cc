@@ -256,7 +256,14 @@ Result<SandboxView> Manager::create(const CreateSandbox& cmd) {
   if (started) {
     counters_.creates_pool++;
   } else {
+    std::optional<std::string> warming;
+    if (isolation == "vm" && !cmd.cold_boot) warming = vmWarmNotice(*tpl, limits);
+    if (warming && cmd.progress) cmd.progress(*warming);
+    auto t0 = std::chrono::steady_clock::now();
     auto fresh = startSandbox(*tpl, limits, cmd.env, /*pooled=*/false, isolation, cmd.cold_boot);
+    if (warming && fresh)
+      last_vm_warm_ms_ =
+          std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - t0).count();
     if (!fresh) {
       counters_.create_failures++;
       return tl::unexpected(fresh.error());
@@ -465,9 +472,25 @@ Result<nlohmann::json> Manager::warmTemplate(const std::string& name) {
   auto t0 = std::chrono::steady_clock::now();
   ASSIGN_OR_RETURN(nlohmann::json warmed, vm->warmTemplate(spec));
   auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - t0).count();
+  if (ms > 1000) last_vm_warm_ms_ = ms;  // a warm-up, not artifacts that were there already
   warmed["template"] = name;
   warmed["elapsed_ms"] = ms;
   return warmed;
+}
+
+std::optional<std::string> Manager::vmWarmNotice(const store::TemplateRecord& tpl,
+                                                 const runtime::Limits& limits) const {
+  auto vm = availableTier("vm");
+  if (!vm) return std::nullopt;
+  auto typical = (*vm)->typicalWarmMs();
+  if (!typical) return std::nullopt;  // the create waits for the KVM probe first; whether it warms is not known
+  store::SandboxRecord probe;
+  probe.id = "warm";
+  if ((*vm)->templateReady(specFor(probe, tpl, limits))) return std::nullopt;
+  // This node's own last warm-up when there was one; else the tier's typical figure.
+  int64_t ms = last_vm_warm_ms_.load();
+  int64_t seconds = ((ms > 0 ? ms : *typical) + 500) / 1000;
+  return fmt::format("warming template {} for VMs, one time, ~{} s", tpl.name, std::max<int64_t>(seconds, 1));
 }
 
 Status Manager::removeTemplate(const std::string& name) {

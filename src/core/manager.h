@@ -35,6 +35,8 @@ struct CreateSandbox {
   bool cold_boot = false;                       // vm: boot the kernel instead of restoring the template's snapshot
   std::optional<nlohmann::json> network;        // egress policy (validated, normalised); unset = deny-all
   std::vector<std::string> secrets;             // names of stored secrets the sandbox gets placeholders for
+  // Told what the create does that takes long (a first VM of a template warms it); unset: nobody asked.
+  std::function<void(const std::string& line)> progress;
 };
 
 // PUT /v1/secrets/{name} and POST /v1/secrets: the value is sealed before it is stored, never returned.
@@ -62,12 +64,12 @@ struct ListSandboxes {
 
 struct BuildTemplate {
   std::string name;
-  std::string kind;                             // "debootstrap" | "dir" | "tar"
+  std::string kind;                             // "debootstrap" | "dir" | "tar" | "upload" (API only)
   std::string suite = "bookworm";               // debootstrap
   std::string variant = "minbase";
   std::vector<std::string> packages;            // debootstrap
   std::string mirror;                           // debootstrap; empty = Debian's default
-  std::string path;                             // dir / tar: a path on the daemon's host
+  std::string path;                             // dir / tar: a path on the daemon's host; upload: its spool
 };
 
 using ProgressFn = std::function<void(const std::string& line)>;

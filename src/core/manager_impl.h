@@ -192,10 +192,15 @@ class Manager final : public SandboxManager {
   void autoPause(store::SandboxRecord& rec, int64_t now);
   void touch(const std::string& id);
 
+  // "warming template NAME for VMs, one time, ~N s" when a VM create of this shape must make the
+  // template's VM artifacts first; nullopt when they exist (or the accelerator is still being decided).
+  std::optional<std::string> vmWarmNotice(const store::TemplateRecord& tpl, const runtime::Limits& limits) const;
+
   DaemonConfig config_;
   std::unique_ptr<store::Store> store_;
   runtime::Registry runtimes_;
   std::unique_ptr<store::TemplateBuilder> templates_;
+  std::atomic<int64_t> last_vm_warm_ms_{0};  // how long this node's last template warm-up took; 0: none yet
   std::unique_ptr<EgressSupervisor> egress_;
   std::string egress_off_reason_;
   UidBlock uid_block_;

@@ -137,7 +137,7 @@ Result<ClientResponse> Client::stream(const std::string& method, const std::stri
 }
 
 Result<ClientResponse> Client::upload(const std::string& method, const std::string& target, uint64_t length,
-                                      const BodySource& source) {
+                                      const BodySource& source, const BodySink& sink) {
   ASSIGN_OR_RETURN(auto conn, connect());
   bhttp::request<bhttp::buffer_body> req{bhttp::string_to_verb(method), target, 11};
   setCommon(req, conn->host, api_key_);
@@ -173,7 +173,7 @@ Result<ClientResponse> Client::upload(const std::string& method, const std::stri
     bhttp::write(conn->sock, sr, ec);
     if (ec == bhttp::error::need_buffer) ec = {};
   }
-  return readResponse(*conn, endpoint_, nullptr);
+  return readResponse(*conn, endpoint_, sink ? &sink : nullptr);
 }
 
 Result<std::unique_ptr<WebSocket>> Client::websocket(const std::string& target) {

@@ -36,9 +36,10 @@ class Client {
   // Success responses (< 300) go to sink as they arrive; others are collected into the body.
   Result<ClientResponse> stream(const std::string& method, const std::string& target,
                                 const std::optional<std::string>& json_body, const BodySink& sink);
-  // Sends length bytes from source as the body (application/octet-stream).
+  // Sends length bytes from source as the body (application/octet-stream); a success response streams
+  // to sink when one is given, as in stream().
   Result<ClientResponse> upload(const std::string& method, const std::string& target, uint64_t length,
-                                const BodySource& source);
+                                const BodySource& source, const BodySink& sink = nullptr);
   Result<std::unique_ptr<WebSocket>> websocket(const std::string& target);
 
   const Endpoint& endpoint() const { return endpoint_; }

@@ -145,6 +145,8 @@ class Runtime {
   }
   // Whether starts of spec's shape find their template artifacts made already (a pool waits for them).
   virtual bool templateReady(const SandboxSpec& spec) const { return true; }
+  // About how long warmTemplate() takes here (for telling a user who waits); nullopt while not yet known.
+  virtual std::optional<int64_t> typicalWarmMs() const { return std::nullopt; }
   // Gives an activated sandbox what its new owner's processes see: the environment, and where the tier
   // copies a whole machine from a template or snapshot (vm), a fresh identity (SECURITY.md V4). The
   // default: the environment, when there is one.

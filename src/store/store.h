@@ -23,6 +23,8 @@ struct TemplateRecord {
   nlohmann::json source;   // {"kind":"debootstrap","suite":"bookworm","packages":[…]} etc.
   uint64_t size_bytes = 0;
   int64_t created_ms = 0;
+  // Not stored: what the build found sandboxes of this tree will not be able to do (templateWarnings).
+  std::vector<std::string> warnings;
 };
 
 struct SandboxRecord {

@@ -10,6 +10,7 @@
 
 #include "common/unique_fd.h"
 #include "sys/host_command.h"
+#include "sys/open_in_root.h"
 
 namespace space::store {
 namespace {
@@ -180,6 +181,30 @@ Status writeTemplateHostname(const std::string& rootfs) {
   if (::write(f.get(), text.data(), text.size()) != static_cast<ssize_t>(text.size()))
     return sysError(errno, "write {}/etc/hostname", rootfs);
   return ok();
+}
+
+namespace {
+
+// Whether /bin/sh of the tree is an executable file. Resolved with the tree as "/": /bin/sh -> busybox or
+// -> /usr/bin/dash counts when the target is in the tree, a link to a path only the host has does not.
+bool hasExecutableShell(int root_fd) {
+  auto sh = sys::openInRoot(root_fd, "/bin/sh", O_PATH);
+  struct stat st;
+  return sh && ::fstat(sh->get(), &st) == 0 && S_ISREG(st.st_mode) && (st.st_mode & 0111) != 0;
+}
+
+}  // namespace
+
+std::vector<std::string> templateWarnings(const std::string& rootfs) {
+  std::vector<std::string> warnings;
+  UniqueFd root(::open(rootfs.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC));
+  if (root && !hasExecutableShell(root.get())) {
+    warnings.push_back(
+        "the tree has no executable /bin/sh: shell execs (exec with \"shell\", `space run -- sh -c '...'`) and "
+        "`space shell` without --cmd will fail in its sandboxes; run programs by path (exec \"cmd\": "
+        "[\"/path/to/program\"]), or add a shell (busybox with /bin/sh -> busybox) and build again");
+  }
+  return warnings;
 }
 
 }  // namespace space::store

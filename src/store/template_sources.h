@@ -3,6 +3,7 @@
 #pragma once
 
 #include <string>
+#include <vector>
 
 #include "common/result.h"
 #include "store/templates.h"
@@ -29,5 +30,11 @@ Status addSandboxDirectories(const std::string& rootfs);
 // identical trees stay one copy. A tree whose /etc is not a directory is left as it is.
 inline constexpr const char* kTemplateHostname = "sandbox";
 Status writeTemplateHostname(const std::string& rootfs);
+
+// What sandboxes of the tree will not be able to do, one sentence each with the way out: said when the
+// template is built rather than at its first failing exec. A tree without an executable /bin/sh (symlinks
+// followed inside the tree only) is allowed, since argv execs need no shell (distroless images), but
+// every shell exec will fail.
+std::vector<std::string> templateWarnings(const std::string& rootfs);
 
 }  // namespace space::store

@@ -98,7 +98,7 @@ Status TemplateBuilder::populate(const TemplateBuildSpec& spec, const std::strin
     }
     return populateFromDir(spec.path, rootfs, progress);
   }
-  if (spec.kind == "tar") return populateFromTar(spec.path, rootfs, progress);
+  if (spec.kind == "tar" || spec.kind == "upload") return populateFromTar(spec.path, rootfs, progress);
   return makeError(ErrorKind::kInvalidArgument, "unknown template kind '{}' (debootstrap, dir, tar)", spec.kind);
 }
 
@@ -121,6 +121,7 @@ Result<TemplateRecord> TemplateBuilder::build(const TemplateBuildSpec& spec, con
     TRY(populate(spec, tmp_rootfs, progress));
     TRY(addSandboxDirectories(tmp_rootfs));
     TRY(writeTemplateHostname(tmp_rootfs));
+    std::vector<std::string> warnings = templateWarnings(tmp_rootfs);
     if (progress) progress("hashing tree");
     ASSIGN_OR_RETURN(TreeDigest digest, hashTree(tmp_rootfs));
     TRY(syncFilesystemOf(tmp));
@@ -152,7 +153,7 @@ Result<TemplateRecord> TemplateBuilder::build(const TemplateBuildSpec& spec, con
       record.source["variant"] = spec.variant;
       record.source["packages"] = spec.packages;
       if (!spec.mirror.empty()) record.source["mirror"] = spec.mirror;
-    } else {
+    } else if (spec.kind != "upload") {  // an upload's path is a scratch file, gone after the build
       record.source["path"] = spec.path;
     }
     record.size_bytes = digest.size_bytes;
@@ -168,6 +169,7 @@ Result<TemplateRecord> TemplateBuilder::build(const TemplateBuildSpec& spec, con
       if (!dropped && progress) progress(fmt::format("previous tree kept: {}", dropped.error().message));
     }
     if (progress) progress(fmt::format("template {} is {}", spec.name, id));
+    record.warnings = std::move(warnings);
     return record;
   }();
   if (!r) r.error().context(fmt::format("build template {}", spec.name));

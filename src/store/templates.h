@@ -24,12 +24,13 @@ namespace space::store {
 // not depend on core (core depends on the store).
 struct TemplateBuildSpec {
   std::string name;
-  std::string kind;                   // "debootstrap" | "dir" | "tar"
+  std::string kind;                   // "debootstrap" | "dir" | "tar" | "upload"
   std::string suite = "bookworm";     // debootstrap
   std::string variant = "minbase";    // debootstrap
   std::vector<std::string> packages;  // debootstrap --include
   std::string mirror;                 // debootstrap; empty = debootstrap's default (deb.debian.org)
-  std::string path;                   // dir: a host directory; tar: a (possibly compressed) tarball
+  std::string path;                   // dir: a host directory; tar: a (possibly compressed) tarball;
+                                      // upload: a tarball the API vetted and spooled (not recorded)
 };
 
 using ProgressFn = std::function<void(const std::string& line)>;
@@ -43,7 +44,8 @@ class TemplateBuilder {
 
   // Builds the tree, stores it under its content hash (reusing an identical existing tree) and records the
   // template under spec.name, replacing an earlier template of that name. Output of the build tools goes to
-  // `progress` line by line as it appears. On failure nothing is left behind.
+  // `progress` line by line as it appears. On failure nothing is left behind. The record's warnings say
+  // what sandboxes of the tree will not be able to do (templateWarnings).
   Result<TemplateRecord> build(const TemplateBuildSpec& spec, const ProgressFn& progress);
 
   // Forgets the template name; deletes its tree when no other name shares it. kConflict while any sandbox

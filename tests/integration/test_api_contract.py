@@ -232,6 +232,11 @@ def test_sandbox_lifecycle(api, call, tcp, sb):
     assert idle["idle_pause_s"] == 3600, idle
     assert call("DELETE", "/v1/sandboxes/{id}", 204, id=idle["id"]) is None
     call("DELETE", "/v1/sandboxes/{id}", 404, id=idle["id"])
+    # progress=1 with nothing to report (a jail): the plain answer.
+    quiet = call("POST", "/v1/sandboxes", 201, {"isolation": "jail"}, query="progress=1")
+    api.client.created.add(quiet["id"])
+    assert call("DELETE", "/v1/sandboxes/{id}", 204, id=quiet["id"]) is None
+    call("POST", "/v1/sandboxes", 400, {}, query="progress=yes")
 
 
 def test_exec_and_its_failures(call, sb):
@@ -403,6 +408,15 @@ def test_templates(api, call, tmp_path):
     lines = call("POST", "/v1/templates", 200, {"name": "contract-tpl", "kind": "dir", "path": str(root)}, timeout=600)
     assert lines[-1]["type"] == "done" and lines[-1]["template"]["name"] == "contract-tpl", lines[-3:]
     call("POST", "/v1/templates", 400, {"name": "contract-bad", "kind": "zip"})
+    # The same tree uploaded: the same content-addressed id.
+    tarball = tmp_path / "rootfs.tar.gz"
+    subprocess.run(["tar", "-C", str(root), "--numeric-owner", "-czf", str(tarball), "."], check=True)
+    uploaded = call("PUT", "/v1/templates/{name}/archive", 200, tarball.read_bytes(), name="contract-up",
+                    headers={"Content-Type": "application/x-tar"}, timeout=600)
+    assert uploaded[-1]["type"] == "done" and uploaded[-1]["template"]["id"] == lines[-1]["template"]["id"], uploaded[-3:]
+    call("PUT", "/v1/templates/{name}/archive", 400, b"not a tar stream" * 64, name="contract-up-bad",
+         headers={"Content-Type": "application/x-tar"})
+    assert call("DELETE", "/v1/templates/{name}", 204, name="contract-up") is None
     vm = api.client.call("GET", "/v1/node")["isolation"].get("vm", {})
     if vm.get("available"):
         assert call("POST", "/v1/templates/{name}/warm", 200, name="contract-tpl", timeout=600)["template"] == "contract-tpl"
@@ -415,11 +429,13 @@ def test_templates(api, call, tmp_path):
 
 
 def test_keys(call, tcp):
-    _, keyed = tcp
+    anon, keyed = tcp
     made = call("POST", "/v1/keys", 201, {"name": "contract-key"})
     assert made["secret"] and made["revoked_ms"] == 0
     call("POST", "/v1/keys", 400, {"name": ""})
     keyed("POST", "/v1/keys", 403, {"name": "escalate"})
+    keyed("POST", "/v1/templates", 403, {"name": "remote-path", "kind": "dir", "path": "/etc"})
+    anon("PUT", "/v1/templates/{name}/archive", 401, b"", name="remote-up", headers={"Content-Type": "application/x-tar"})
     assert "contract-key" in {k["name"] for k in call("GET", "/v1/keys", 200)["keys"]}
     keyed("GET", "/v1/keys", 403)
     assert call("POST", "/v1/keys/rotate", 200, {})["rewrapped"] >= 0

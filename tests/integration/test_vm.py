@@ -4,6 +4,7 @@ security cases (SECURITY.md V1-V6) are tests/security/test_vm_cases.py. Tier-ind
 on both tiers in the test modules of the first slice."""
 
 import glob
+import json
 import os
 import subprocess
 import threading
@@ -23,6 +24,25 @@ def test_cli_run_prints_the_guest_kernel_release(daemon, vm):
     assert r.returncode == 0, r.stderr
     guest = r.stdout.strip()
     assert guest and guest != os.uname().release, (guest, os.uname().release)
+
+
+def test_first_vm_of_a_template_says_it_warms_it(own_daemon, tmp_path):
+    """A template without VM artifacts: the first `space run --isolation vm` prints that it warms the
+    template (once), the next one does not; the API's progress=1 answers plain JSON once it is warm."""
+    d = own_daemon({"pool_size": 0, "vm_pool_size": 0, "default_template": "busybox"})
+    reason = vm_unavailable_reason(d.client)
+    if reason:
+        pytest.skip(reason)
+    env = {"SPACE_HOST": f"unix://{d.sock}"}
+    first = spacelib.run_cli(d.sock, "run", "--isolation", "vm", "--", "true", env=env, timeout=600)
+    assert first.returncode == 0, first.stderr
+    assert "warming template busybox for VMs, one time, ~" in first.stderr.decode(), first.stderr
+    second = spacelib.run_cli(d.sock, "run", "--isolation", "vm", "--", "true", env=env, timeout=600)
+    assert second.returncode == 0, second.stderr
+    assert "warming" not in second.stderr.decode(), second.stderr
+    status, headers, body = d.client.raw("POST", "/v1/sandboxes?progress=1", {"isolation": "vm"}, timeout=600)
+    assert status == 201 and headers["content-type"].startswith("application/json"), (status, body[:300])
+    d.client.delete(json.loads(body)["id"])
 
 
 def test_sandbox_reports_its_tier_and_capabilities(client, make_vm):

@@ -7,6 +7,7 @@
 
 #include "api/errors.h"
 #include "api/json_input.h"
+#include "api/ndjson.h"
 #include "api/routes/routes.h"
 #include "api/validate.h"
 #include "common/defer.h"
@@ -151,14 +152,41 @@ Result<core::ListSandboxes> parseListSandboxes(const http::Request& req) {
 }
 
 void registerSandboxRoutes(Router& r) {
+  // With ?progress=1, a create that takes long (the first VM of a template warms it) answers NDJSON as
+  // soon as there is something to say: progress lines, then {"type":"done","sandbox":{...}} or an error
+  // line. A create with nothing to say answers as without it.
   r.add("POST", "/v1/sandboxes", [](RouteContext& ctx) -> Status {
     ASSIGN_OR_RETURN(std::string body, ctx.jsonBody());
     ASSIGN_OR_RETURN(auto cmd, parseCreateSandbox(body, ctx.options.host_memory_bytes));
-    ASSIGN_OR_RETURN(auto view, ctx.manager.create(cmd));
-    nlohmann::json out = view.toJson();
-    if (cmd.network)
-      if (auto warnings = networkWarnings(*cmd.network); !warnings.empty()) out["warnings"] = warnings;
-    return sendJson(ctx.resp, 201, out);
+    auto progress_query = ctx.req.queryValue("progress");
+    if (progress_query && *progress_query != "0" && *progress_query != "1")
+      return makeError(ErrorKind::kInvalidArgument, "progress must be 0 or 1");
+    bool streaming = false;
+    if (progress_query == "1") {
+      cmd.progress = [&](const std::string& line) {
+        if (!streaming && !ctx.resp.beginStream(200, "application/x-ndjson", std::nullopt)) return;
+        streaming = true;
+        (void)ctx.resp.write(ndjsonLine({{"type", "progress"}, {"line", line}}));
+      };
+    }
+    auto view = ctx.manager.create(cmd);
+    nlohmann::json out;
+    if (view) {
+      out = view->toJson();
+      if (cmd.network)
+        if (auto warnings = networkWarnings(*cmd.network); !warnings.empty()) out["warnings"] = warnings;
+    }
+    if (!streaming) {
+      if (!view) return tl::unexpected(view.error());
+      return sendJson(ctx.resp, 201, out);
+    }
+    nlohmann::json last = {{"type", "done"}, {"sandbox", out}};
+    if (!view) {
+      last = errorJson(errorKindName(view.error().kind), view.error().message);
+      last["type"] = "error";
+    }
+    TRY(ctx.resp.write(ndjsonLine(last)));
+    return ctx.resp.end();
   });
   r.add("GET", "/v1/sandboxes", [](RouteContext& ctx) -> Status {
     ASSIGN_OR_RETURN(auto cmd, parseListSandboxes(ctx.req));

@@ -120,6 +120,12 @@ class VmRuntime : public runtime::Runtime {
   // ensureTemplate(spec), as the manager's `template warm` reports it.
   Result<nlohmann::json> warmTemplate(const runtime::SandboxSpec& spec) override;
   bool templateReady(const runtime::SandboxSpec& spec) const override { return hasTemplate(spec); }
+  // docs/vm.md's figures: about 2 s under KVM, 8 s under TCG; unknown until the KVM probe decided.
+  std::optional<int64_t> typicalWarmMs() const override {
+    auto accel = accelIfDecided();
+    if (!accel) return std::nullopt;
+    return *accel == Accel::kKvm ? 2000 : 8000;
+  }
   // A VM restored from a template or snapshot is a copy of another machine: it gets its own hostname, RNG
   // state, clock and machine id (and, handed out, its network) before anyone may run code in it (V4).
   Status handOver(runtime::Instance& inst, const runtime::HandOver& h) override;

@@ -138,6 +138,54 @@ TEST_F(TemplatesTest, AddsMissingSandboxDirectoriesBeforeHashing) {
   EXPECT_FALSE(fs::exists(src + "/proc"));  // the source is never touched
 }
 
+TEST_F(TemplatesTest, WarnsWhenTheTreeHasNoShell) {
+  auto busybox = build("busybox", "dir", *busybox_dir_);  // /bin/sh -> busybox
+  ASSERT_TRUE(busybox) << busybox.error().message;
+  EXPECT_TRUE(busybox->warnings.empty()) << busybox->warnings.front();
+
+  std::string src = work_ + "/no-shell";
+  fs::create_directories(src + "/bin");
+  writeFile(src + "/bin/app", "#!/app\n");
+  ::chmod((src + "/bin/app").c_str(), 0755);
+  auto t = build("no-shell", "dir", src);
+  ASSERT_TRUE(t) << t.error().message;  // argv execs work without a shell: built, with a warning
+  ASSERT_EQ(t->warnings.size(), 1u);
+  for (const char* said : {"/bin/sh", "\"shell\"", "space shell", "sh -c", "\"cmd\"", "busybox"})
+    EXPECT_NE(t->warnings[0].find(said), std::string::npos) << said << " in: " << t->warnings[0];
+
+  // A shell that is a plain file without an execute bit is no shell either.
+  writeFile(src + "/bin/sh", "not executable");
+  ::chmod((src + "/bin/sh").c_str(), 0644);
+  auto plain = build("plain-sh", "dir", src);
+  ASSERT_TRUE(plain) << plain.error().message;
+  EXPECT_EQ(plain->warnings.size(), 1u);
+}
+
+TEST_F(TemplatesTest, ShellSymlinksAreFollowedInsideTheTreeOnly) {
+  // /bin/sh -> /usr/bin/dash resolves in the tree: there it is a real shell.
+  std::string inside = work_ + "/abs-inside";
+  fs::create_directories(inside + "/bin");
+  fs::create_directories(inside + "/usr/bin");
+  fs::copy_file(*busybox_dir_ + "/bin/busybox", inside + "/usr/bin/dash");
+  fs::create_symlink("/usr/bin/dash", inside + "/bin/sh");
+  auto in_tree = build("abs-inside", "dir", inside);
+  ASSERT_TRUE(in_tree) << in_tree.error().message;
+  EXPECT_TRUE(in_tree->warnings.empty());
+
+  // A link to a shell only the host has, by absolute path or by climbing out with "..", leads nowhere
+  // inside the tree (followed on the host, both would find the host's bash).
+  ASSERT_TRUE(fs::exists("/usr/bin/bash"));
+  for (std::string target : {"/usr/bin/bash", "../../../../../../../../usr/bin/bash"}) {
+    std::string src = work_ + "/abs-outside";
+    fs::remove_all(src);
+    fs::create_directories(src + "/bin");
+    fs::create_symlink(target, src + "/bin/sh");
+    auto t = build("abs-outside", "dir", src);
+    ASSERT_TRUE(t) << t.error().message;
+    EXPECT_EQ(t->warnings.size(), 1u) << target;
+  }
+}
+
 TEST_F(TemplatesTest, RefusesSymlinkWhereSandboxMountsGo) {
   std::string src = work_ + "/evil";
   fs::create_directories(src);
