@@ -21,10 +21,14 @@
 #include "common/unique_fd.h"
 #include "runtime/runtime.h"
 
+namespace space::host {
+class CgroupBackend;
+}  // namespace space::host
+
 namespace space::jail {
 
 struct JailConfig;
-class CgroupBackend;
+using host::CgroupBackend;
 
 enum class LaunchVariant { kFresh, kFork, kRelaunch };
 
