@@ -17,7 +17,7 @@ namespace {
 namespace fs = std::filesystem;
 
 // Whether a group directory named id exists under the parent, on any hierarchy.
-bool hasGroup(jail::CgroupBackend& cgroups, const std::string& id) {
+bool hasGroup(host::CgroupBackend& cgroups, const std::string& id) {
   auto groups = cgroups.listGroups();
   return std::any_of(groups.begin(), groups.end(), [&](const std::string& g) { return fs::path(g).filename() == id; });
 }
@@ -30,7 +30,7 @@ TEST(VmRuntimeLaunch, HandsTheVmmItsConfinementAndTakesTheCgroupBackWhenTheLaunc
   std::ofstream(state / "vmlinuz") << "not a kernel";
   std::ofstream(state / "initramfs.cpio") << "not an initramfs";
   const std::string parent = "space-test-vmlaunch-" + std::to_string(getpid());
-  auto cgroups = jail::makeCgroupBackend(parent);
+  auto cgroups = host::makeCgroupBackend(parent);
   ASSERT_TRUE(cgroups) << cgroups.error().message;
 
   VmConfig config;
