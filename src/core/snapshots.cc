@@ -78,7 +78,7 @@ static AfterRestore afterRestoreFrom(const nlohmann::json& spec) {
 Status Manager::sealUserEnv(store::SandboxRecord& rec, const std::map<std::string, std::string>& env) {
   rec.spec.erase("env_sealed");
   if (env.empty()) return ok();
-  ASSIGN_OR_RETURN(store::SecretBox * box, secretBox());
+  ASSIGN_OR_RETURN(store::SecretBox * box, egress_.secretBox());
   nlohmann::json j(env);
   ASSIGN_OR_RETURN(std::string sealed, box->seal(j.dump(), "env:" + rec.id));
   rec.spec["env_sealed"] = sealed;
@@ -88,7 +88,7 @@ Status Manager::sealUserEnv(store::SandboxRecord& rec, const std::map<std::strin
 Result<std::map<std::string, std::string>> Manager::userEnv(const store::SandboxRecord& rec) {
   std::map<std::string, std::string> env;
   if (!rec.spec.contains("env_sealed")) return env;
-  ASSIGN_OR_RETURN(store::SecretBox * box, secretBox());
+  ASSIGN_OR_RETURN(store::SecretBox * box, egress_.secretBox());
   ASSIGN_OR_RETURN(std::string plain, box->unseal(rec.spec["env_sealed"].get<std::string>(), "env:" + rec.id));
   auto j = nlohmann::json::parse(plain, nullptr, false);
   if (!j.is_object()) return makeError(ErrorKind::kInternal, "sandbox {}: sealed environment unreadable", rec.id);
@@ -283,9 +283,9 @@ Result<SandboxView> Manager::rollback(const std::string& id, const std::string& 
   ASSIGN_OR_RETURN(store::SnapshotRecord snap, findSnapshot(id, snapshot));
   runtime::Runtime& rt = runtimeFor(rec.runtime);
   ASSIGN_OR_RETURN(auto env, userEnv(rec));
-  if (egress_ && rec.spec.contains("egress")) {
+  if (egress_.on() && rec.spec.contains("egress")) {
     CreateSandbox same;
-    auto extra = handOverEgress(rec, same);  // the CA variables; placeholders come from the row below
+    auto extra = egress_.handOver(rec, same);  // the CA variables; placeholders come from the row below
     if (!extra) return tl::unexpected(extra.error());
     for (auto& [k, v] : *extra) env.emplace(k, v);
     for (const auto& b : rec.spec["egress"].value("secrets", nlohmann::json::array()))
@@ -360,7 +360,7 @@ Result<runtime::Instance> Manager::finishRollback(store::SandboxRecord& rec) {
   ASSIGN_OR_RETURN(runtime::Instance inst, rt.finishRollback(old, snap, files_uid));
   ASSIGN_OR_RETURN(auto env, userEnv(rec));
   // The secrets' placeholders come from the row; the CA variables only from a running space-egress
-  // (re-registered by resyncEgress after reconciliation).
+  // (re-registered by EgressBinding::resync after reconciliation).
   if (rec.spec.contains("egress"))
     for (const auto& b : rec.spec["egress"].value("secrets", nlohmann::json::array()))
       env.emplace(b["name"].get<std::string>(), b["placeholder"].get<std::string>());
