@@ -1,4 +1,4 @@
-// The node's SandboxManager. Split by concept: manager.cc (lifecycle), pool.cc (pre-started sandboxes),
+// The node's SandboxManager. Split by concept: manager.cc (lifecycle), pool_service.h (pre-started sandboxes),
 // reconcile.cc (start-up and the reaper), view.cc (JSON views and metrics); the egress gateway's side is
 // its own service (core/egress_binding.h), sharing the Context (core/context.h) with the rest.
 #pragma once
