@@ -1,6 +1,7 @@
 // The node's SandboxManager. Split by concept: manager.cc (lifecycle), pool_service.h (pre-started sandboxes),
 // reconcile.cc (start-up and the reaper), view.cc (JSON views and metrics); the egress gateway's side is
-// its own service (core/egress_binding.h), sharing the Context (core/context.h) with the rest.
+// its own service (core/egress_binding.h), as are snapshot archives (core/snapshot_archives.h); they
+// share the Context (core/context.h) with the rest.
 #pragma once
 
 #include <atomic>
@@ -20,6 +21,7 @@
 #include "core/lifecycle.h"
 #include "core/pool_service.h"
 #include "core/retention.h"
+#include "core/snapshot_archives.h"
 #include "core/manager.h"
 #include "runtime/registry.h"
 #include "runtime/runtime.h"
@@ -73,11 +75,14 @@ class Manager final : public SandboxManager {
   Result<SandboxView> rollback(const std::string& id, const std::string& snapshot,
                                const AfterRestore& after = {}) override;
   Result<ForkResult> fork(const ForkSandbox& cmd) override;
-  Result<std::string> exportSnapshot(const std::string& snapshot) override;
-  Result<store::SnapshotRecord> importSnapshot(const std::string& id, const std::string& archive_path) override;
-  std::string scratchPath(const std::string& prefix) override;
+  // Archives: SnapshotArchives'.
+  Result<std::string> exportSnapshot(const std::string& snapshot) override { return archives_.exportSnapshot(snapshot); }
+  Result<store::SnapshotRecord> importSnapshot(const std::string& id, const std::string& archive_path) override {
+    return archives_.importSnapshot(id, archive_path);
+  }
+  std::string scratchPath(const std::string& prefix) override { return archives_.scratchPath(prefix); }
   void execFinished(const std::string& id) override;
-  Result<size_t> rotateKeys() override;
+  Result<size_t> rotateKeys() override { return archives_.rotateKeys(); }
   Result<std::shared_ptr<agent::AgentClient>> agent(const std::string& id) override;
   Result<uint64_t> oomKills(const std::string& id) override;
   Result<store::TemplateRecord> buildTemplate(const BuildTemplate& cmd, const ProgressFn& progress) override;
@@ -200,6 +205,7 @@ class Manager final : public SandboxManager {
   // the operations that must not interleave (snapshot, rollback, fork, history) hold snapshot_mu_.
   // One snapshot, rollback or fork at a time.
   std::mutex snapshot_mu_ SPACE_ACQUIRED_BEFORE(slot_mu_, mu_, gen_mu_);
+  SnapshotArchives archives_{ctx_, snapshot_mu_};
   std::mutex gen_mu_;
   // Per sandbox; lost on restart (= changed).
   std::map<std::string, SnapshotGeneration> snapshot_gen_ SPACE_GUARDED_BY(gen_mu_);
