@@ -9,16 +9,7 @@ namespace space::core {
 
 Result<nlohmann::json> Manager::drain(bool delete_sandboxes) {
   draining_ = true;
-  pool_cv_.notify_all();
-  // A start in flight finishes (and lands in the pool) before the pool is emptied.
-  { std::lock_guard fill(pool_fill_mu_); }
-  std::vector<Started> pooled;
-  {
-    std::lock_guard lock(mu_);
-    for (auto& [key, queue] : pool_)
-      for (auto& s : queue) pooled.push_back(std::move(s));
-    pool_.clear();
-  }
+  std::vector<Started> pooled = pool_.drain();
   size_t pool_removed = 0;
   for (auto& s : pooled) {
     if (auto st = destroyRecord(s.record); st) ++pool_removed;
@@ -50,8 +41,7 @@ Result<nlohmann::json> Manager::drain(bool delete_sandboxes) {
 nlohmann::json Manager::releaseIfIdle() {
   nlohmann::json released = nlohmann::json::object();
   stopping_ = true;
-  pool_cv_.notify_all();
-  std::lock_guard fill(pool_fill_mu_);  // no pool start is in flight, and none begins
+  auto fill = pool_.stop();  // no pool start is in flight, and none begins
   store::SandboxFilter all;
   all.include_pooled = true;
   auto rows = store_->listSandboxes(all);
@@ -62,7 +52,7 @@ nlohmann::json Manager::releaseIfIdle() {
   }
   auto note = [&](const std::string& what, const Status& st) { released[what] = st ? "released" : st.error().message; };
   for (runtime::Runtime* rt : runtimes_.all()) note(rt->name(), rt->releaseNode());
-  if (egress_) note("egress", egress_->stopGateway());
+  if (egress_.on()) note("egress", egress_.stopGateway());
   return released;
 }
 

@@ -28,22 +28,17 @@ Manager::Manager(DaemonConfig config, std::unique_ptr<store::Store> store, runti
 Manager::~Manager() {
   egress_.reset();  // its watcher calls back into the manager
   stopping_ = true;
-  pool_cv_.notify_all();
+  pool_.stop();
   {
     std::lock_guard lock(history_mu_);
     history_cv_.notify_all();
   }
   if (history_thread_.joinable()) history_thread_.join();
-  if (pool_thread_.joinable()) pool_thread_.join();
   if (reaper_thread_.joinable()) reaper_thread_.join();
   // Live sandboxes keep running: the next spaced reattaches to them.
 }
 
-// Rows of a tier this node does not run (any more) go to the default tier, which cleans what it can.
-runtime::Runtime& Manager::runtimeFor(const std::string& name) const {
-  runtime::Runtime* rt = runtimes_.find(name);
-  return rt ? *rt : *runtimes_.all().front();
-}
+runtime::Runtime& Manager::runtimeFor(const std::string& name) const { return ctx_.runtimeFor(name); }
 
 Result<runtime::Runtime*> Manager::availableTier(const std::string& name) const {
   std::string why = runtimes_.unavailableReason(name);
@@ -73,9 +68,7 @@ nlohmann::json Manager::isolationInfo() {
 }
 
 nlohmann::json Manager::egressInfo() const {
-  nlohmann::json e = {{"on", egress_ != nullptr}};
-  if (!egress_) e["reason"] = egress_off_reason_.empty() ? "egress is off" : egress_off_reason_;
-  return e;
+  return egress_.info();
 }
 
 runtime::Limits Manager::defaultLimits(const std::string& isolation) const {
@@ -141,7 +134,7 @@ runtime::SandboxSpec Manager::specFor(const store::SandboxRecord& rec, const sto
   return spec;
 }
 
-Result<Manager::Started> Manager::startSandbox(const store::TemplateRecord& tpl, const runtime::Limits& limits,
+Result<Started> Manager::startSandbox(const store::TemplateRecord& tpl, const runtime::Limits& limits,
                                                const std::map<std::string, std::string>& env, bool pooled,
                                                const std::string& isolation, bool cold_boot,
                                                const runtime::SnapshotRef* from) {
@@ -183,14 +176,14 @@ Result<Manager::Started> Manager::startSandbox(const store::TemplateRecord& tpl,
     return tl::unexpected(err.context("start sandbox " + rec.id));
   }
   rec.persisted = inst->persisted.state;
-  if (egress_ && rt.network(inst->persisted)) {
+  if (egress_.on() && rt.network(inst->persisted)) {
     // The CA goes into the trust store through the agent: a VM fresh from prepare is restored first
     // (no code of the request runs before its identity either way), a pooled one runs again meanwhile.
     auto attached = [&]() -> Status {
       bool parked = rt.parked(inst->persisted);
       if (!inst->agent) TRY(rt.activate(*inst));
       if (parked) TRY(rt.resume(*inst));
-      TRY(attachEgress(rec, *inst));
+      TRY(egress_.attach(rec, *inst));
       if (parked) TRY(rt.pause(*inst));
       rec.persisted = inst->persisted.state;
       return ok();
@@ -212,6 +205,23 @@ Result<Manager::Started> Manager::startSandbox(const store::TemplateRecord& tpl,
   return Started{std::move(rec), std::move(*inst)};
 }
 
+PoolService::Hooks Manager::poolHooks() {
+  PoolService::Hooks hooks;
+  hooks.ready = [this](const store::TemplateRecord& tpl, const std::string& tier) {
+    store::SandboxRecord probe;
+    return runtimeFor(tier).templateReady(specFor(probe, tpl, defaultLimits(tier)));
+  };
+  hooks.start = [this](const store::TemplateRecord& tpl, const std::string& tier) {
+    return startSandbox(tpl, defaultLimits(tier), {}, /*pooled=*/true, tier);
+  };
+  hooks.started = [this](const Started& s) {
+    std::lock_guard lock(mu_);
+    live_[s.record.id] = s.instance;
+  };
+  hooks.destroy = [this](const store::SandboxRecord& rec) { (void)destroyRecord(rec); };
+  return hooks;
+}
+
 Status Manager::handOver(Started& started, const std::map<std::string, std::string>& env,
                          const AfterRestore* restored) {
   runtime::Runtime& rt = runtimeFor(started.record.runtime);
@@ -220,7 +230,7 @@ Status Manager::handOver(Started& started, const std::map<std::string, std::stri
   h.hostname = started.record.id;
   h.env = env;
   if (restored) h.restored = agent::Identity::Generation{restored->processes, restored->signal};
-  if (egress_) h.explicit_proxy_port = egress_->ports().explicit_proxy_port;
+  h.explicit_proxy_port = egress_.explicitProxyPort();
   TRY(rt.handOver(started.instance, h));
   // Activation may change what the runtime persists (a VM is restored now).
   started.record.persisted = started.instance.persisted.state;
@@ -236,7 +246,7 @@ Result<SandboxView> Manager::create(const CreateSandbox& cmd) {
   ASSIGN_OR_RETURN(runtime::Limits limits, resolveLimits(cmd, isolation));
   if (cmd.cold_boot && !runtimeFor(isolation).capabilities().cold_boot)
     return makeError(ErrorKind::kInvalidArgument, "cold_boot applies to the vm tier only");
-  TRY(checkEgressRequest(cmd, isolation));
+  TRY(egress_.checkRequest(cmd, isolation));
   auto tpl = store_->getTemplate(template_name);
   if (!tpl) {
     if (tpl.error().kind == ErrorKind::kNotFound)
@@ -252,7 +262,7 @@ Result<SandboxView> Manager::create(const CreateSandbox& cmd) {
   }
 
   std::optional<Started> started;
-  if (poolServes(cmd, template_name) && !cmd.cold_boot) started = takePooled(poolKey(isolation, template_name));
+  if (pool_.serves(cmd, template_name) && !cmd.cold_boot) started = pool_.take(PoolService::key(isolation, template_name));
   if (started) {
     counters_.creates_pool++;
   } else {
@@ -278,8 +288,8 @@ Result<SandboxView> Manager::completeCreate(Started& started_ref, const CreateSa
                                             const AfterRestore* restored) {
   Started* started = &started_ref;
   std::map<std::string, std::string> env = cmd.env;
-  if (egress_ && started->record.spec.contains("egress")) {
-    auto extra = handOverEgress(started->record, cmd);
+  if (egress_.on() && started->record.spec.contains("egress")) {
+    auto extra = egress_.handOver(started->record, cmd);
     if (!extra) {
       counters_.create_failures++;
       (void)destroyRecord(started->record);
@@ -353,7 +363,7 @@ Status Manager::destroyRecord(store::SandboxRecord rec) {
     std::lock_guard lock(mu_);
     live_.erase(rec.id);
   }
-  detachEgress(rec);
+  egress_.detach(rec);
   TRY(runtimeFor(rec.runtime).destroy(runtime::PersistedInstance{rec.id, rec.runtime, rec.persisted}));
   deleteSnapshotsOf(rec.id);
   TRY(store_->deleteSandbox(rec.id));
@@ -457,7 +467,7 @@ Result<uint64_t> Manager::oomKills(const std::string& id) {
 Result<store::TemplateRecord> Manager::buildTemplate(const BuildTemplate& cmd, const ProgressFn& progress) {
   store::TemplateBuildSpec spec{cmd.name, cmd.kind, cmd.suite, cmd.variant, cmd.packages, cmd.mirror, cmd.path};
   ASSIGN_OR_RETURN(store::TemplateRecord rec, templates_->build(spec, progress));
-  pool_cv_.notify_all();  // the pool may have been waiting for this template
+  pool_.wake();  // the pool may have been waiting for this template
   return rec;
 }
 
@@ -495,17 +505,7 @@ std::optional<std::string> Manager::vmWarmNotice(const store::TemplateRecord& tp
 
 Status Manager::removeTemplate(const std::string& name) {
   // Pooled sandboxes of the template go first: they are not users of it yet.
-  std::deque<Started> drained;
-  {
-    std::lock_guard lock(mu_);
-    for (const auto& key : {poolKey("jail", name), poolKey("vm", name)}) {
-      auto it = pool_.find(key);
-      if (it == pool_.end()) continue;
-      for (auto& s : it->second) drained.push_back(std::move(s));
-      it->second.clear();
-    }
-  }
-  for (auto& s : drained) (void)destroyRecord(s.record);
+  for (auto& s : pool_.takeTemplate(name)) (void)destroyRecord(s.record);
   return templates_->remove(name);
 }
 

@@ -1,5 +1,7 @@
-// The node's SandboxManager. Split by concept: manager.cc (lifecycle), pool.cc (pre-started sandboxes),
-// reconcile.cc (start-up and the reaper), view.cc (JSON views and metrics).
+// The node's SandboxManager. Split by concept: manager.cc (lifecycle), pool_service.h (pre-started sandboxes),
+// reconcile.cc (start-up and the reaper), view.cc (JSON views and metrics); the egress gateway's side is
+// its own service (core/egress_binding.h), as are snapshot archives (core/snapshot_archives.h); they
+// share the Context (core/context.h) with the rest.
 #pragma once
 
 #include <atomic>
@@ -13,9 +15,13 @@
 
 #include "common/thread_annotations.h"
 #include "core/config.h"
+#include "core/context.h"
+#include "core/egress_binding.h"
 #include "core/egress_supervisor.h"
 #include "core/lifecycle.h"
+#include "core/pool_service.h"
 #include "core/retention.h"
+#include "core/snapshot_archives.h"
 #include "core/manager.h"
 #include "runtime/registry.h"
 #include "runtime/runtime.h"
@@ -46,9 +52,9 @@ class Manager final : public SandboxManager {
   ~Manager() override;
 
   // The egress gateway (null: off). Before startBackground().
-  void setEgress(std::unique_ptr<EgressSupervisor> egress) { egress_ = std::move(egress); }
+  void setEgress(std::unique_ptr<EgressSupervisor> egress) { egress_.setSupervisor(std::move(egress)); }
   // Why the node runs without egress (GET /v1/node), when it does.
-  void setEgressOffReason(std::string reason) { egress_off_reason_ = std::move(reason); }
+  void setEgressOffReason(std::string reason) { egress_.setOffReason(std::move(reason)); }
   // The host-wide block of uid ranges this node's sandboxes run as (held until the manager goes).
   void setUidBlock(UidBlock block) { uid_block_ = std::move(block); }
   Status startBackground();  // reconcile, then start the pool filler and the reaper
@@ -69,11 +75,14 @@ class Manager final : public SandboxManager {
   Result<SandboxView> rollback(const std::string& id, const std::string& snapshot,
                                const AfterRestore& after = {}) override;
   Result<ForkResult> fork(const ForkSandbox& cmd) override;
-  Result<std::string> exportSnapshot(const std::string& snapshot) override;
-  Result<store::SnapshotRecord> importSnapshot(const std::string& id, const std::string& archive_path) override;
-  std::string scratchPath(const std::string& prefix) override;
+  // Archives: SnapshotArchives'.
+  Result<std::string> exportSnapshot(const std::string& snapshot) override { return archives_.exportSnapshot(snapshot); }
+  Result<store::SnapshotRecord> importSnapshot(const std::string& id, const std::string& archive_path) override {
+    return archives_.importSnapshot(id, archive_path);
+  }
+  std::string scratchPath(const std::string& prefix) override { return archives_.scratchPath(prefix); }
   void execFinished(const std::string& id) override;
-  Result<size_t> rotateKeys() override;
+  Result<size_t> rotateKeys() override { return archives_.rotateKeys(); }
   Result<std::shared_ptr<agent::AgentClient>> agent(const std::string& id) override;
   Result<uint64_t> oomKills(const std::string& id) override;
   Result<store::TemplateRecord> buildTemplate(const BuildTemplate& cmd, const ProgressFn& progress) override;
@@ -82,21 +91,21 @@ class Manager final : public SandboxManager {
   Result<nlohmann::json> warmTemplate(const std::string& name) override;
   nlohmann::json isolationInfo() override;
   nlohmann::json egressInfo() const override;
-  Result<nlohmann::json> getNetwork(const std::string& id) override;
-  Result<nlohmann::json> setNetwork(const std::string& id, const nlohmann::json& policy) override;
-  Status streamNetLog(const std::string& id, bool follow, const std::function<bool(const std::string&)>& sink) override;
-  Result<store::SecretRecord> setSecret(const SetSecret& cmd) override;
-  Result<std::vector<store::SecretRecord>> listSecrets() override;
-  Status removeSecret(const std::string& name) override;
+  // Egress: EgressBinding's.
+  Result<nlohmann::json> getNetwork(const std::string& id) override { return egress_.getNetwork(id); }
+  Result<nlohmann::json> setNetwork(const std::string& id, const nlohmann::json& policy) override {
+    return egress_.setNetwork(id, policy);
+  }
+  Status streamNetLog(const std::string& id, bool follow, const std::function<bool(const std::string&)>& sink) override {
+    return egress_.streamNetLog(id, follow, sink);
+  }
+  Result<store::SecretRecord> setSecret(const SetSecret& cmd) override { return egress_.setSecret(cmd); }
+  Result<std::vector<store::SecretRecord>> listSecrets() override { return egress_.listSecrets(); }
+  Status removeSecret(const std::string& name) override { return egress_.removeSecret(name); }
   store::Store& store() override { return *store_; }
   std::string metricsText() override;
 
  private:
-  struct Started {
-    store::SandboxRecord record;
-    runtime::Instance instance;
-  };
-
   // Lifecycle (manager.cc)
   Result<runtime::Limits> resolveLimits(const CreateSandbox& cmd, const std::string& isolation) const;
   // The limits of a sandbox whose create names none (a VM's RAM has its own default).
@@ -128,33 +137,8 @@ class Manager final : public SandboxManager {
   // The live instance of a record (connection and all), or one rebuilt from its persisted state.
   runtime::Instance instanceOf(const store::SandboxRecord& rec);
 
-  // Pool (pool.cc)
-  bool poolServes(const CreateSandbox& cmd, const std::string& template_name) const;
-  std::optional<Started> takePooled(const std::string& key);
-  void fillPoolLoop();
-  std::vector<std::string> pooledTemplateNames() const;
-  std::vector<std::string> poolKeys() const;
-  // Pools are per template and tier: "<template>" for jails, "vm:<template>" for VMs.
-  static std::string poolKey(const std::string& isolation, const std::string& template_name) {
-    return isolation == "jail" ? template_name : isolation + ":" + template_name;
-  }
   runtime::SandboxSpec specFor(const store::SandboxRecord& rec, const store::TemplateRecord& tpl,
                                const runtime::Limits& limits) const;
-
-  // Egress (egress_wiring.cc). rec.spec["egress"] = {"policy", "secrets": [{"name", "placeholder"}], "ca",
-  // "ca_bundle"}: what re-registering the sandbox with a new space-egress needs (values come from the store).
-  Status checkEgressRequest(const CreateSandbox& cmd, const std::string& isolation) const;
-  // A new networked sandbox: its CA (kept by spaced), installed in its trust store, and a deny-all
-  // registration. Pooled sandboxes get this ahead of demand.
-  Status attachEgress(store::SandboxRecord& rec, runtime::Instance& inst);
-  // Hand-over: the request's policy and secrets go to space-egress; returns the environment the sandbox
-  // gets for them (CA bundle variables, one placeholder per secret).
-  Result<std::map<std::string, std::string>> handOverEgress(store::SandboxRecord& rec, const CreateSandbox& cmd);
-  void detachEgress(const store::SandboxRecord& rec);
-  Result<nlohmann::json> secretBindings(const nlohmann::json& bound);
-  Result<nlohmann::json> egressRegistration(const store::SandboxRecord& rec);
-  void resyncEgress();  // every live sandbox again (a new space-egress knows none)
-  Result<store::SecretBox*> secretBox();
 
   // Snapshots (snapshots.cc)
   Result<store::SnapshotRecord> findSnapshot(const std::string& sandbox_id, const std::string& ref);
@@ -180,6 +164,9 @@ class Manager final : public SandboxManager {
     uint64_t generation = 0;
   };
 
+  // What the pool asks of the lifecycle: starts, the live table, deletes.
+  PoolService::Hooks poolHooks();
+
   // Reconciliation and reaping (reconcile.cc)
   Status reconcile();
   // What the runtimes made for sandboxes and snapshots that no row names (known_ids: every row at start).
@@ -201,29 +188,30 @@ class Manager final : public SandboxManager {
   runtime::Registry runtimes_;
   std::unique_ptr<store::TemplateBuilder> templates_;
   std::atomic<int64_t> last_vm_warm_ms_{0};  // how long this node's last template warm-up took; 0: none yet
-  std::unique_ptr<EgressSupervisor> egress_;
-  std::string egress_off_reason_;
+  Context ctx_{config_, *store_, runtimes_};
+  EgressBinding egress_{ctx_};
   UidBlock uid_block_;
-  // Why a sandbox has no network, with the cause and what fixes it.
-  std::string egressOffMessage() const;
-  std::string noNetworkMessage(const std::string& id) const;
-  // Lock order. A thread holding one of these takes only mutexes further down, never one above it:
-  //   1. pool_fill_mu_ | snapshot_mu_   outermost; never both at once. pool_fill_mu_ is held around one
-  //                                     pool start (startSandbox, then mu_ to queue it); snapshot_mu_
-  //                                     around a whole snapshot, rollback or fork (a fork starts and hands
-  //                                     over its children under it: slot_mu_, mu_, the egress gateway).
-  //   2. slot_mu_ | mu_                 never both at once. slot_mu_: the free uid slot and the row insert.
-  //                                     mu_: the in-memory maps below; held only for map work, a store read
-  //                                     (agent()) and a runtime liveness probe (takePooled), never across
-  //                                     a runtime operation or a call into the egress gateway.
-  //   3. gen_mu_, history_mu_, secret_box_mu_   leaves: nothing is taken under them.
+  // Lock order, over the manager and its services. A thread holding one of these takes only mutexes
+  // further down, never one above it:
+  //   1. PoolService::fill_mu_ | snapshot_mu_   outermost; never both at once. fill_mu_ is held around
+  //                                     one pool start (startSandbox: slot_mu_, then mu_ to make it live,
+  //                                     then PoolService::mu_ to queue it); snapshot_mu_ around a whole
+  //                                     snapshot, rollback or fork (a fork starts and hands over its
+  //                                     children under it: slot_mu_, mu_, the egress gateway).
+  //   2. slot_mu_ | mu_ | PoolService::mu_   never two at once. slot_mu_: the free uid slot and the row
+  //                                     insert. mu_: the live table below; held only for map work and a
+  //                                     store read (agent()). PoolService::mu_: the pool's queues, and a
+  //                                     runtime liveness probe (take). None is held across a runtime
+  //                                     operation or a call into the egress gateway.
+  //   3. gen_mu_, history_mu_, EgressBinding::secret_box_mu_   leaves: nothing is taken under them.
   //   4. below all of them: the store's connection lock, the runtimes' and the egress supervisor's own
   //      mutexes, which never call back into the manager with a lock held.
   // The sandbox's row is not guarded by any of these: every writer reads it, changes it and writes it
   // whole, so two concurrent changes of one sandbox (a pause during a fork) keep the last writer's view;
   // the operations that must not interleave (snapshot, rollback, fork, history) hold snapshot_mu_.
   // One snapshot, rollback or fork at a time.
-  std::mutex snapshot_mu_ SPACE_ACQUIRED_BEFORE(slot_mu_, mu_, gen_mu_, secret_box_mu_);
+  std::mutex snapshot_mu_ SPACE_ACQUIRED_BEFORE(slot_mu_, mu_, gen_mu_);
+  SnapshotArchives archives_{ctx_, snapshot_mu_};
   std::mutex gen_mu_;
   // Per sandbox; lost on restart (= changed).
   std::map<std::string, SnapshotGeneration> snapshot_gen_ SPACE_GUARDED_BY(gen_mu_);
@@ -232,25 +220,18 @@ class Manager final : public SandboxManager {
   // Sandboxes whose exec finished, oldest first.
   std::deque<std::string> history_queue_ SPACE_GUARDED_BY(history_mu_);
   std::thread history_thread_;
-  std::mutex secret_box_mu_;
-  std::optional<store::SecretBox> secret_box_ SPACE_GUARDED_BY(secret_box_mu_);
 
   std::mutex mu_;
   // Every running sandbox (pooled or handed out).
   std::map<std::string, runtime::Instance> live_ SPACE_GUARDED_BY(mu_);
-  std::map<std::string, std::deque<Started>> pool_ SPACE_GUARDED_BY(mu_);
   // Sandboxes in a rollback: the reaper leaves them alone.
   std::set<std::string> busy_ SPACE_GUARDED_BY(mu_);
   // Last API use per sandbox (auto-pause), in unix ms.
   std::map<std::string, int64_t> last_used_ SPACE_GUARDED_BY(mu_);
   std::mutex slot_mu_;                             // serialises uid slot choice with the row insert
-  std::condition_variable pool_cv_;                // waits on mu_
   std::atomic<bool> stopping_{false};
   std::atomic<bool> draining_{false};
-  // Held by the pool filler around one start; drain waits on it.
-  std::mutex pool_fill_mu_ SPACE_ACQUIRED_BEFORE(slot_mu_, mu_);
-  std::atomic<int64_t> last_take_ms_{0};          // when a create last took a pooled sandbox
-  std::thread pool_thread_;
+  PoolService pool_{ctx_, poolHooks()};
   std::thread reaper_thread_;
   Counters counters_;
 };

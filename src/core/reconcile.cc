@@ -13,7 +13,7 @@ namespace space::core {
 std::string Manager::poolMismatch(const store::SandboxRecord& rec) const {
   runtime::Runtime* rt = runtimes_.find(rec.runtime);
   bool networked = runtimeFor(rec.runtime).network({rec.id, rec.runtime, rec.persisted}).has_value();
-  bool want = egress_ != nullptr && rt && rt->capabilities().networked;
+  bool want = egress_.on() && rt && rt->capabilities().networked;
   if (networked != want)
     return networked ? "it has a network and egress is now off" : "it has no network and egress is now on";
   const nlohmann::json& l = rec.spec.value("limits", nlohmann::json::object());
@@ -65,9 +65,11 @@ Status Manager::reconcile() {
           rec.pending = {};
           (void)store_->updateSandbox(rec);
         }
-        std::lock_guard lock(mu_);
-        live_[rec.id] = *inst;
-        if (rec.pooled) pool_[poolKey(rec.runtime, rec.template_name)].push_back(Started{rec, *inst});
+        {
+          std::lock_guard lock(mu_);
+          live_[rec.id] = *inst;
+        }
+        if (rec.pooled) pool_.adopt(Started{rec, *inst});
         continue;
       }
       if (rec.pending.op == PendingOp::kRollingBack) {
@@ -107,7 +109,7 @@ Status Manager::reconcile() {
     std::error_code ec;
     std::filesystem::remove_all(config_.state_dir + "/scratch", ec);
   }
-  resyncEgress();
+  egress_.resync();
   return ok();
 }
 
@@ -217,11 +219,8 @@ void Manager::reapLoop() {
 
 Status Manager::startBackground() {
   TRY(reconcile());
-  if (egress_) {
-    egress_->setOnRestart([this] { resyncEgress(); });
-    egress_->startWatching();
-  }
-  pool_thread_ = std::thread([this] { fillPoolLoop(); });
+  egress_.startWatching();
+  pool_.startFilling();
   reaper_thread_ = std::thread([this] { reapLoop(); });
   history_thread_ = std::thread([this] { historyLoop(); });
   return ok();

@@ -13,9 +13,6 @@
 
 #include "common/defer.h"
 #include "common/ids.h"
-#include "archive/archive.h"
-#include "archive/kek.h"
-#include "archive/key_store.h"
 #include "core/manager_impl.h"
 #include "core/memory_sealer.h"
 #include "core/retention.h"
@@ -78,7 +75,7 @@ static AfterRestore afterRestoreFrom(const nlohmann::json& spec) {
 Status Manager::sealUserEnv(store::SandboxRecord& rec, const std::map<std::string, std::string>& env) {
   rec.spec.erase("env_sealed");
   if (env.empty()) return ok();
-  ASSIGN_OR_RETURN(store::SecretBox * box, secretBox());
+  ASSIGN_OR_RETURN(store::SecretBox * box, egress_.secretBox());
   nlohmann::json j(env);
   ASSIGN_OR_RETURN(std::string sealed, box->seal(j.dump(), "env:" + rec.id));
   rec.spec["env_sealed"] = sealed;
@@ -88,7 +85,7 @@ Status Manager::sealUserEnv(store::SandboxRecord& rec, const std::map<std::strin
 Result<std::map<std::string, std::string>> Manager::userEnv(const store::SandboxRecord& rec) {
   std::map<std::string, std::string> env;
   if (!rec.spec.contains("env_sealed")) return env;
-  ASSIGN_OR_RETURN(store::SecretBox * box, secretBox());
+  ASSIGN_OR_RETURN(store::SecretBox * box, egress_.secretBox());
   ASSIGN_OR_RETURN(std::string plain, box->unseal(rec.spec["env_sealed"].get<std::string>(), "env:" + rec.id));
   auto j = nlohmann::json::parse(plain, nullptr, false);
   if (!j.is_object()) return makeError(ErrorKind::kInternal, "sandbox {}: sealed environment unreadable", rec.id);
@@ -283,9 +280,9 @@ Result<SandboxView> Manager::rollback(const std::string& id, const std::string& 
   ASSIGN_OR_RETURN(store::SnapshotRecord snap, findSnapshot(id, snapshot));
   runtime::Runtime& rt = runtimeFor(rec.runtime);
   ASSIGN_OR_RETURN(auto env, userEnv(rec));
-  if (egress_ && rec.spec.contains("egress")) {
+  if (egress_.on() && rec.spec.contains("egress")) {
     CreateSandbox same;
-    auto extra = handOverEgress(rec, same);  // the CA variables; placeholders come from the row below
+    auto extra = egress_.handOver(rec, same);  // the CA variables; placeholders come from the row below
     if (!extra) return tl::unexpected(extra.error());
     for (auto& [k, v] : *extra) env.emplace(k, v);
     for (const auto& b : rec.spec["egress"].value("secrets", nlohmann::json::array()))
@@ -360,7 +357,7 @@ Result<runtime::Instance> Manager::finishRollback(store::SandboxRecord& rec) {
   ASSIGN_OR_RETURN(runtime::Instance inst, rt.finishRollback(old, snap, files_uid));
   ASSIGN_OR_RETURN(auto env, userEnv(rec));
   // The secrets' placeholders come from the row; the CA variables only from a running space-egress
-  // (re-registered by resyncEgress after reconciliation).
+  // (re-registered by EgressBinding::resync after reconciliation).
   if (rec.spec.contains("egress"))
     for (const auto& b : rec.spec["egress"].value("secrets", nlohmann::json::array()))
       env.emplace(b["name"].get<std::string>(), b["placeholder"].get<std::string>());
@@ -481,97 +478,6 @@ Result<ForkResult> Manager::fork(const ForkSandbox& cmd) {
     return tl::unexpected(failure->context(fmt::format("fork {} into {}", rec.id, cmd.count)));
   }
   return out;
-}
-
-Result<size_t> Manager::rotateKeys() {
-  if (config_.snapshot_kek.empty() || config_.snapshot_kek_previous.empty())
-    return makeError(ErrorKind::kInvalidArgument, "key rotation needs snapshot_kek (the new key) and "
-                     "snapshot_kek_previous (the old one) in the daemon's config (docs/snapshot-archive.md)");
-  ASSIGN_OR_RETURN(auto to, archive::kekFromSpec(config_.snapshot_kek));
-  ASSIGN_OR_RETURN(auto from, archive::kekFromSpec(config_.snapshot_kek_previous));
-  if (from->id() == to->id())
-    return makeError(ErrorKind::kInvalidArgument, "snapshot_kek and snapshot_kek_previous are the same key ({})", to->id());
-  // No export or import runs meanwhile (both hold the data key they unwrapped, so they would not break,
-  // but an export creating a tenant's first key under the old KEK would be missed).
-  std::lock_guard op(snapshot_mu_);
-  archive::KeyStore keys(config_.state_dir + "/keys");
-  // Each tenant's file is replaced atomically (temporary file, fsync, rename, directory fsync): a crash
-  // leaves every key wrapped by the old or the new KEK, and the rotation can simply be run again.
-  ASSIGN_OR_RETURN(size_t rotated, keys.rotate(*from, *to));
-  spdlog::info("keys: {} data key(s) rewrapped from {} to {}", rotated, from->id(), to->id());
-  return rotated;
-}
-
-std::string Manager::scratchPath(const std::string& prefix) {
-  std::string dir = config_.state_dir + "/scratch";
-  std::error_code ec;
-  std::filesystem::create_directories(dir, ec);
-  return dir + "/" + prefix + "-" + randomHex(8);
-}
-
-namespace {
-
-// The archive code says kUnauthenticated when a seal does not open; to an API client that would read as
-// a bad API key. It is the archive (or the key it was sealed under) that is wrong.
-Error archiveKeyFailure(Error e) {
-  if (e.kind != ErrorKind::kUnauthenticated) return e;
-  e.kind = ErrorKind::kInvalidArgument;
-  e.message += " (the archive was altered, or sealed under another key than this node's snapshot_kek)";
-  return e;
-}
-
-}  // namespace
-
-Result<std::string> Manager::exportSnapshot(const std::string& snapshot) {
-  if (config_.snapshot_kek.empty())
-    return makeError(ErrorKind::kUnsupported, "snapshot export needs the customer's key: set snapshot_kek in the "
-                     "daemon's config (file:, env: or command:, docs/snapshot-archive.md)");
-  ASSIGN_OR_RETURN(store::SnapshotRecord s, store_->getSnapshot(snapshot));
-  ASSIGN_OR_RETURN(auto kek, archive::kekFromSpec(config_.snapshot_kek));
-  archive::KeyStore keys(config_.state_dir + "/keys");
-  ASSIGN_OR_RETURN(archive::DataKey dek, keys.dataKey(config_.snapshot_tenant, *kek));
-  archive::ExportOptions options;
-  options.chunk_store_dir = config_.state_dir + "/chunks";
-  std::string out = scratchPath(s.id) + ".spacearchive";
-  ASSIGN_OR_RETURN(archive::ExportStats stats, archive::exportSnapshot(s.path, out, dek, options));
-  spdlog::info("export {}: {} files, {} chunks ({} new), {} bytes", s.id, stats.files, stats.unique_chunks,
-               stats.chunks_sealed, stats.archive_bytes);
-  return out;
-}
-
-Result<store::SnapshotRecord> Manager::importSnapshot(const std::string& id, const std::string& archive_path) {
-  if (config_.snapshot_kek.empty())
-    return makeError(ErrorKind::kUnsupported, "snapshot import needs the customer's key: set snapshot_kek in the "
-                     "daemon's config (file:, env: or command:, docs/snapshot-archive.md)");
-  std::lock_guard op(snapshot_mu_);
-  ASSIGN_OR_RETURN(store::SandboxRecord rec, store_->getSandbox(id));
-  if (rec.pooled) return notFoundError("sandbox", "sandbox {} not found", id);
-  store::SnapshotRecord s;
-  s.id = "snap-" + randomHex(8);
-  runtime::Runtime* rt = runtimes_.find(rec.runtime);
-  s.path = rt ? rt->snapshotDirFor(s.id) : "";
-  if (s.path.empty())
-    return makeError(ErrorKind::kUnsupported, "snapshots of the {} runtime are not supported", rec.runtime);
-  ASSIGN_OR_RETURN(std::unique_ptr<archive::Kek> kek, archive::kekFromSpec(config_.snapshot_kek));
-  // An archive exported before a key rotation names the old KEK only: the tenant's stored data key opens it.
-  kek = kekOpening(archive_path, std::move(kek), config_.state_dir + "/keys");
-  archive::ImportOptions options;
-  options.chunk_store_dir = config_.state_dir + "/chunks";
-  auto imported = archive::importSnapshot(archive_path, s.path, *kek, options);
-  if (!imported) return tl::unexpected(archiveKeyFailure(imported.error()));
-  Defer drop([&] { (void)rt->deleteSnapshot(refOf(s)); });
-  uint64_t disk = rec.spec.value("limits", nlohmann::json::object()).value("disk_bytes", uint64_t{0});
-  ASSIGN_OR_RETURN(runtime::SnapshotRef adopted,
-                   rt->adoptSnapshot(refOf(s), runtime::PersistedInstance{rec.id, rec.runtime, rec.persisted}, disk));
-  s.sandbox_id = id;
-  s.runtime = rec.runtime;
-  s.kind = adopted.kind;
-  s.origin = "import";
-  s.created_ms = nowUnixMs();
-  s.size_bytes = adopted.size_bytes;
-  TRY(store_->insertSnapshot(s));
-  drop.dismiss();
-  return s;
 }
 
 }  // namespace space::core

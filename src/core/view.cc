@@ -79,10 +79,8 @@ std::string Manager::metricsText() {
   for (SandboxState s : store::kSandboxStates)
     out += fmt::format("space_sandboxes{{state=\"{}\"}} {}\n", store::toString(s), by_state[s]);
   out += "# TYPE space_pool_ready gauge\n";
-  {
-    std::lock_guard lock(mu_);
-    for (auto& [name, q] : pool_) out += fmt::format("space_pool_ready{{template=\"{}\"}} {}\n", name, q.size());
-  }
+  for (auto& [name, ready] : pool_.readyCounts())
+    out += fmt::format("space_pool_ready{{template=\"{}\"}} {}\n", name, ready);
   out += "# TYPE space_sandbox_creates_total counter\n";
   out += fmt::format("space_sandbox_creates_total{{source=\"pool\"}} {}\n", counters_.creates_pool.load());
   out += fmt::format("space_sandbox_creates_total{{source=\"fresh\"}} {}\n", counters_.creates_fresh.load());

@@ -1,13 +1,12 @@
-// The manager's side of the egress gateway: per-sandbox CA and trust store, registration with
-// space-egress, policy and secrets at hand-over and while running, re-registration after a gateway
-// restart, and the node's secrets (sealed at rest, never returned).
+// The manager's side of the egress gateway (core/egress_binding.h).
 #include <fstream>
 #include <thread>
 
 #include <spdlog/spdlog.h>
 
 #include "common/ids.h"
-#include "core/manager_impl.h"
+#include "core/lifecycle.h"
+#include "core/egress_binding.h"
 #include "egress/names.h"
 #include "egress/policy.h"
 #include "egress/secrets.h"
@@ -59,38 +58,38 @@ bool validEnvName(const std::string& k) {
 
 }  // namespace
 
-Result<store::SecretBox*> Manager::secretBox() {
+Result<store::SecretBox*> EgressBinding::secretBox() {
   std::lock_guard lock(secret_box_mu_);
   if (!secret_box_) {
-    ASSIGN_OR_RETURN(auto box, store::SecretBox::open(config_.state_dir + "/node.key"));
+    ASSIGN_OR_RETURN(auto box, store::SecretBox::open(ctx_.config.state_dir + "/node.key"));
     secret_box_ = std::move(box);
   }
   return &*secret_box_;
 }
 
-std::string Manager::egressOffMessage() const {
-  std::string why = egress_off_reason_.empty() ? "egress is off on this node" : egress_off_reason_;
+std::string EgressBinding::offMessage() const {
+  std::string why = off_reason_.empty() ? "egress is off on this node" : off_reason_;
   return why + " ('space node' shows it; spaced --egress on makes it required, and says why it cannot start)";
 }
 
-std::string Manager::noNetworkMessage(const std::string& id) const {
-  if (!egress_) return fmt::format("sandbox {} has no network: {}", id, egressOffMessage());
+std::string EgressBinding::noNetworkMessage(const std::string& id) const {
+  if (!egress_) return fmt::format("sandbox {} has no network: {}", id, offMessage());
   return fmt::format("sandbox {} has no network: it was made while egress was off (a sandbox made now gets one)", id);
 }
 
-Status Manager::checkEgressRequest(const CreateSandbox& cmd, const std::string& isolation) const {
+Status EgressBinding::checkRequest(const CreateSandbox& cmd, const std::string& isolation) const {
   bool wants = cmd.network.has_value() || !cmd.secrets.empty();
   if (!wants) return ok();
   if (!egress_)
     return makeError(ErrorKind::kUnsupported, "sandboxes of this node have no network, so network policies and secrets "
-                     "cannot apply: {}", egressOffMessage());
-  if (!runtimeFor(isolation).capabilities().networked)
+                     "cannot apply: {}", offMessage());
+  if (!ctx_.runtimeFor(isolation).capabilities().networked)
     return makeError(ErrorKind::kUnsupported, "the {} tier of this node has no network: egress came up after it, or "
                      "without the address pool (restart spaced with egress on)", isolation);
   return ok();
 }
 
-Status Manager::attachEgress(store::SandboxRecord& rec, runtime::Instance& inst) {
+Status EgressBinding::attach(store::SandboxRecord& rec, runtime::Instance& inst) {
   ASSIGN_OR_RETURN(auto ca, egress::tls::CertAuthority::generate(rec.id));
   ASSIGN_OR_RETURN(std::string bundle, installCa(*inst.agent, ca->certPem()));
   rec.spec["egress"] = {{"policy", denyAll()},
@@ -98,18 +97,18 @@ Status Manager::attachEgress(store::SandboxRecord& rec, runtime::Instance& inst)
                         {"ca", {{"cert_pem", ca->certPem()}, {"key_pem", ca->keyPem()}}},
                         {"ca_bundle", bundle}};
   rec.persisted = inst.persisted.state;
-  ASSIGN_OR_RETURN(json reg, egressRegistration(rec));
+  ASSIGN_OR_RETURN(json reg, registration(rec));
   // A gateway that is down right now is not fatal: the sandbox's traffic is refused until the supervisor
   // has restarted it and registered every sandbox again.
   if (auto r = egress_->registerSandbox(reg); !r) spdlog::warn("egress: register {}: {}", rec.id, r.error().message);
   return ok();
 }
 
-Result<json> Manager::secretBindings(const json& bound) {
+Result<json> EgressBinding::secretBindings(const json& bound) {
   json out = json::array();
   for (const auto& b : bound) {
     std::string name = b.value("name", "");
-    auto rec = store_->getSecret(name);
+    auto rec = ctx_.store.getSecret(name);
     if (!rec) {
       spdlog::warn("egress: secret {} is gone from the store; its placeholder stays unbound", name);
       continue;
@@ -126,9 +125,9 @@ Result<json> Manager::secretBindings(const json& bound) {
   return out;
 }
 
-Result<json> Manager::egressRegistration(const store::SandboxRecord& rec) {
+Result<json> EgressBinding::registration(const store::SandboxRecord& rec) {
   const json& e = rec.spec["egress"];
-  auto network = runtimeFor(rec.runtime).network({rec.id, rec.runtime, rec.persisted});
+  auto network = ctx_.runtimeFor(rec.runtime).network({rec.id, rec.runtime, rec.persisted});
   if (!network) return makeError(ErrorKind::kInternal, "sandbox {} has no subnet", rec.id);
   ASSIGN_OR_RETURN(json secrets, secretBindings(e.value("secrets", json::array())));
   json reg = {{"id", rec.id},
@@ -141,7 +140,7 @@ Result<json> Manager::egressRegistration(const store::SandboxRecord& rec) {
   return reg;
 }
 
-Result<std::map<std::string, std::string>> Manager::handOverEgress(store::SandboxRecord& rec, const CreateSandbox& cmd) {
+Result<std::map<std::string, std::string>> EgressBinding::handOver(store::SandboxRecord& rec, const CreateSandbox& cmd) {
   json& e = rec.spec["egress"];
   std::map<std::string, std::string> env;
   std::string bundle = e.value("ca_bundle", std::string(kCaFile));
@@ -150,7 +149,7 @@ Result<std::map<std::string, std::string>> Manager::handOverEgress(store::Sandbo
   if (!cmd.network && cmd.secrets.empty()) return env;
   json bound = json::array();
   for (const auto& name : cmd.secrets) {
-    auto rec_secret = store_->getSecret(name);
+    auto rec_secret = ctx_.store.getSecret(name);
     if (!rec_secret) {
       if (rec_secret.error().kind == ErrorKind::kNotFound)
         return makeError(ErrorKind::kInvalidArgument, "secret '{}' does not exist (see `space secret ls`)", name);
@@ -168,16 +167,16 @@ Result<std::map<std::string, std::string>> Manager::handOverEgress(store::Sandbo
   return env;
 }
 
-void Manager::detachEgress(const store::SandboxRecord& rec) {
+void EgressBinding::detach(const store::SandboxRecord& rec) {
   if (!egress_ || !rec.spec.contains("egress")) return;
   if (auto st = egress_->remove(rec.id); !st) spdlog::warn("egress: remove {}: {}", rec.id, st.error().message);
 }
 
-void Manager::resyncEgress() {
+void EgressBinding::resync() {
   if (!egress_) return;
   store::SandboxFilter all;
   all.include_pooled = true;
-  auto records = store_->listSandboxes(all);
+  auto records = ctx_.store.listSandboxes(all);
   if (!records) return;
   int n = 0;
   for (const auto& rec : *records) {
@@ -185,7 +184,7 @@ void Manager::resyncEgress() {
     bool networked = rec.state == SandboxState::kStarting || rec.state == SandboxState::kRunning ||
                      rec.state == SandboxState::kPaused;
     if (!rec.spec.contains("egress") || !networked) continue;
-    auto reg = egressRegistration(rec);
+    auto reg = registration(rec);
     if (!reg) {
       spdlog::error("egress: re-register {}: {}", rec.id, reg.error().message);
       continue;
@@ -199,8 +198,8 @@ void Manager::resyncEgress() {
   spdlog::info("egress: registered {} sandboxes with space-egress", n);
 }
 
-Result<json> Manager::getNetwork(const std::string& id) {
-  ASSIGN_OR_RETURN(store::SandboxRecord rec, store_->getSandbox(id));
+Result<json> EgressBinding::getNetwork(const std::string& id) {
+  ASSIGN_OR_RETURN(store::SandboxRecord rec, ctx_.store.getSandbox(id));
   if (rec.pooled) return notFoundError("sandbox", "sandbox {} not found", id);
   if (!rec.spec.contains("egress")) return makeError(ErrorKind::kUnsupported, "{}", noNetworkMessage(id));
   const json& e = rec.spec["egress"];
@@ -208,7 +207,7 @@ Result<json> Manager::getNetwork(const std::string& id) {
   json names = json::array();
   for (const auto& s : e.value("secrets", json::array())) names.push_back(s.value("name", ""));
   out["secrets"] = names;
-  if (auto network = runtimeFor(rec.runtime).network({rec.id, rec.runtime, rec.persisted})) {
+  if (auto network = ctx_.runtimeFor(rec.runtime).network({rec.id, rec.runtime, rec.persisted})) {
     out["subnet"] = network->subnet.cidr();
     out["gateway"] = network->subnet.hostText();
     out["address"] = network->subnet.sandboxText();  // what the gateway's audit lines name as the source
@@ -216,21 +215,21 @@ Result<json> Manager::getNetwork(const std::string& id) {
   return out;
 }
 
-Result<json> Manager::setNetwork(const std::string& id, const json& policy) {
-  ASSIGN_OR_RETURN(store::SandboxRecord rec, store_->getSandbox(id));
+Result<json> EgressBinding::setNetwork(const std::string& id, const json& policy) {
+  ASSIGN_OR_RETURN(store::SandboxRecord rec, ctx_.store.getSandbox(id));
   if (rec.pooled) return notFoundError("sandbox", "sandbox {} not found", id);
   if (!rec.spec.contains("egress") || !egress_) return makeError(ErrorKind::kUnsupported, "{}", noNetworkMessage(id));
   TRY(transitionOf(rec, LifecycleEvent::kSetNetwork));
   TRY(egress_->update(id, policy, std::nullopt));
   rec.spec["egress"]["policy"] = policy;
-  TRY(store_->updateSandbox(rec));
+  TRY(ctx_.store.updateSandbox(rec));
   return getNetwork(id);
 }
 
-Status Manager::streamNetLog(const std::string& id, bool follow, const std::function<bool(const std::string&)>& sink) {
-  ASSIGN_OR_RETURN(store::SandboxRecord rec, store_->getSandbox(id));
+Status EgressBinding::streamNetLog(const std::string& id, bool follow, const std::function<bool(const std::string&)>& sink) {
+  ASSIGN_OR_RETURN(store::SandboxRecord rec, ctx_.store.getSandbox(id));
   if (rec.pooled) return notFoundError("sandbox", "sandbox {} not found", id);
-  if (!egress_) return makeError(ErrorKind::kUnsupported, "no audit log: {}", egressOffMessage());
+  if (!egress_) return makeError(ErrorKind::kUnsupported, "no audit log: {}", offMessage());
   std::ifstream in(egress_->auditLogPath());
   std::string line, partial;
   for (;;) {
@@ -252,7 +251,7 @@ Status Manager::streamNetLog(const std::string& id, bool follow, const std::func
   }
 }
 
-Result<store::SecretRecord> Manager::setSecret(const SetSecret& cmd) {
+Result<store::SecretRecord> EgressBinding::setSecret(const SetSecret& cmd) {
   if (!validEnvName(cmd.name))
     return makeError(ErrorKind::kInvalidArgument, "secret name '{}' must match [A-Za-z_][A-Za-z0-9_]* (at most 64): "
                      "it becomes the sandbox's environment variable", cmd.name.substr(0, 64));
@@ -283,17 +282,36 @@ Result<store::SecretRecord> Manager::setSecret(const SetSecret& cmd) {
   ASSIGN_OR_RETURN(store::SecretBox * box, secretBox());
   ASSIGN_OR_RETURN(rec.sealed_value, box->seal(cmd.value, cmd.name));
   rec.created_ms = nowUnixMs();
-  TRY(store_->putSecret(rec));
+  TRY(ctx_.store.putSecret(rec));
   rec.sealed_value.clear();
   return rec;
 }
 
-Result<std::vector<store::SecretRecord>> Manager::listSecrets() {
-  ASSIGN_OR_RETURN(auto all, store_->listSecrets());
+Result<std::vector<store::SecretRecord>> EgressBinding::listSecrets() {
+  ASSIGN_OR_RETURN(auto all, ctx_.store.listSecrets());
   for (auto& r : all) r.sealed_value.clear();
   return all;
 }
 
-Status Manager::removeSecret(const std::string& name) { return store_->deleteSecret(name); }
+Status EgressBinding::removeSecret(const std::string& name) { return ctx_.store.deleteSecret(name); }
+
+void EgressBinding::startWatching() {
+  if (!egress_) return;
+  egress_->setOnRestart([this] { resync(); });
+  egress_->startWatching();
+}
+
+std::optional<uint16_t> EgressBinding::explicitProxyPort() const {
+  if (!egress_) return std::nullopt;
+  return egress_->ports().explicit_proxy_port;
+}
+
+json EgressBinding::info() const {
+  json e = {{"on", egress_ != nullptr}};
+  if (!egress_) e["reason"] = off_reason_.empty() ? "egress is off" : off_reason_;
+  return e;
+}
+
+Status EgressBinding::stopGateway() { return egress_ ? egress_->stopGateway() : ok(); }
 
 }  // namespace space::core
