@@ -41,7 +41,9 @@ Status ApiServer::authenticate(const http::Request& req) {
   auto auth = req.header("authorization");
   constexpr std::string_view kBearer = "Bearer ";
   if (!auth || auth->size() <= kBearer.size() || std::string_view(*auth).substr(0, kBearer.size()) != kBearer) {
-    return makeError(ErrorKind::kUnauthenticated, "missing 'Authorization: Bearer <api key>' (create a key with 'space key create NAME' on the daemon's host)");
+    return makeError(
+        ErrorKind::kUnauthenticated,
+        "missing 'Authorization: Bearer <api key>' (create a key with 'space key create NAME' on the daemon's host)");
   }
   auto key = manager_.store().verifyApiKey(auth->substr(kBearer.size()));
   if (!key) return makeError(ErrorKind::kUnauthenticated, "invalid or revoked API key");
@@ -53,11 +55,16 @@ namespace {
 // Which check applies to each {param} of a route pattern.
 Status checkParams(const std::map<std::string, std::string>& params) {
   for (const auto& [name, value] : params) {
-    if (name == "id") TRY(checkName("sandbox id", value));
-    else if (name == "pid") TRY(checkName("process id", value));
-    else if (name == "name") TRY(checkName("template name", value));
-    else if (name == "key") TRY(checkName("key id", value));
-    else TRY(checkName(name, value));
+    if (name == "id")
+      TRY(checkName("sandbox id", value));
+    else if (name == "pid")
+      TRY(checkName("process id", value));
+    else if (name == "name")
+      TRY(checkName("template name", value));
+    else if (name == "key")
+      TRY(checkName("key id", value));
+    else
+      TRY(checkName(name, value));
   }
   return ok();
 }
@@ -78,7 +85,8 @@ void ApiServer::handle(http::Request& req, http::BodyReader& body, http::Respons
     if (!match.route) {
       metrics_.countRejection(match.path_known ? "method_not_allowed" : "unknown_route");
       if (match.path_known) {
-        (void)sendError(resp, 405, "method_not_allowed", fmt::format("{} is not allowed on this path", req.method.substr(0, 16)));
+        (void)sendError(resp, 405, "method_not_allowed",
+                        fmt::format("{} is not allowed on this path", req.method.substr(0, 16)));
       } else {
         (void)sendError(resp, 404, "not_found", "no such API route (see api/openapi.yaml)");
       }
@@ -95,7 +103,9 @@ void ApiServer::handle(http::Request& req, http::BodyReader& body, http::Respons
         int status = ctx.error_status ? ctx.error_status : httpStatus(err);
         std::string code = status == 413 ? "payload_too_large" : status == 403 ? "forbidden" : errorKindName(err.kind);
         if (status >= 400 && status < 500) metrics_.countRejection(code);
-        if (status >= 500) logJson(spdlog::level::warn, "request failed", {{"route", route_name}, {"status", status}, {"error", err.message}});
+        if (status >= 500)
+          logJson(spdlog::level::warn, "request failed",
+                  {{"route", route_name}, {"status", status}, {"error", err.message}});
         nlohmann::json body = errorJson(code, err.message, err.reason);
         if (!err.resource.empty()) body["error"]["resource"] = err.resource;  // what was not found
         (void)sendJson(resp, status, body);

@@ -3,10 +3,9 @@
 // (Error::reason), "resource" names what was not found, when known.
 #pragma once
 
+#include <nlohmann/json.hpp>
 #include <string>
 #include <string_view>
-
-#include <nlohmann/json.hpp>
 
 #include "common/result.h"
 #include "http/message.h"

@@ -36,8 +36,10 @@ Result<std::optional<std::string>> JsonInput::string(const std::string& key, siz
   const auto& v = j_[key];
   if (!v.is_string()) return tl::unexpected(typeError(key, "a string"));
   const auto& s = v.get_ref<const std::string&>();
-  if (s.size() > max_len) return makeError(ErrorKind::kInvalidArgument, "field '{}' is longer than {} bytes", key, max_len);
-  if (s.find('\0') != std::string::npos) return makeError(ErrorKind::kInvalidArgument, "field '{}' contains a NUL byte", key);
+  if (s.size() > max_len)
+    return makeError(ErrorKind::kInvalidArgument, "field '{}' is longer than {} bytes", key, max_len);
+  if (s.find('\0') != std::string::npos)
+    return makeError(ErrorKind::kInvalidArgument, "field '{}' contains a NUL byte", key);
   return std::optional<std::string>{s};
 }
 
@@ -77,12 +79,14 @@ Result<std::optional<std::vector<std::string>>> JsonInput::stringArray(const std
   if (!has(key)) return std::optional<std::vector<std::string>>{};
   const auto& v = j_[key];
   if (!v.is_array()) return tl::unexpected(typeError(key, "an array of strings"));
-  if (v.size() > max_items) return makeError(ErrorKind::kInvalidArgument, "field '{}' has more than {} items", key, max_items);
+  if (v.size() > max_items)
+    return makeError(ErrorKind::kInvalidArgument, "field '{}' has more than {} items", key, max_items);
   std::vector<std::string> out;
   for (const auto& item : v) {
     if (!item.is_string()) return tl::unexpected(typeError(key, "an array of strings"));
     const auto& s = item.get_ref<const std::string&>();
-    if (s.find('\0') != std::string::npos) return makeError(ErrorKind::kInvalidArgument, "field '{}' contains a NUL byte", key);
+    if (s.find('\0') != std::string::npos)
+      return makeError(ErrorKind::kInvalidArgument, "field '{}' contains a NUL byte", key);
     out.push_back(s);
   }
   return std::optional<std::vector<std::string>>{std::move(out)};
@@ -93,9 +97,11 @@ Result<std::map<std::string, std::string>> JsonInput::stringMap(const std::strin
   if (!has(key)) return out;
   const auto& v = j_[key];
   if (!v.is_object()) return tl::unexpected(typeError(key, "an object of strings"));
-  if (v.size() > max_items) return makeError(ErrorKind::kInvalidArgument, "field '{}' has more than {} entries", key, max_items);
+  if (v.size() > max_items)
+    return makeError(ErrorKind::kInvalidArgument, "field '{}' has more than {} entries", key, max_items);
   for (const auto& [k, item] : v.items()) {
-    if (!item.is_string()) return makeError(ErrorKind::kInvalidArgument, "field '{}.{}' must be a string", key, k.substr(0, 64));
+    if (!item.is_string())
+      return makeError(ErrorKind::kInvalidArgument, "field '{}.{}' must be a string", key, k.substr(0, 64));
     const auto& s = item.get_ref<const std::string&>();
     if (s.find('\0') != std::string::npos || k.find('\0') != std::string::npos) {
       return makeError(ErrorKind::kInvalidArgument, "field '{}' contains a NUL byte", key);

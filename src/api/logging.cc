@@ -18,7 +18,8 @@ class JsonMessageFlag : public spdlog::custom_flag_formatter {
       dest.append(text.data(), text.data() + text.size());
       return;
     }
-    std::string out = "\"msg\":" + nlohmann::json(std::string(text)).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+    std::string out =
+        "\"msg\":" + nlohmann::json(std::string(text)).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
     dest.append(out.data(), out.data() + out.size());
   }
   std::unique_ptr<custom_flag_formatter> clone() const override { return std::make_unique<JsonMessageFlag>(); }

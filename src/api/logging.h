@@ -2,10 +2,10 @@
 // written with logJson() carry their fields as top-level keys instead.
 #pragma once
 
-#include <string_view>
+#include <spdlog/spdlog.h>
 
 #include <nlohmann/json.hpp>
-#include <spdlog/spdlog.h>
+#include <string_view>
 
 namespace space::api {
 

@@ -27,7 +27,8 @@ std::string Metrics::text() const {
   out += "# TYPE space_api_requests_total counter\n";
   for (const auto& [key, n] : requests_) {
     const auto& [method, route, status] = key;
-    out += fmt::format("space_api_requests_total{{method=\"{}\",route=\"{}\",status=\"{}\"}} {}\n", method, route, status, n);
+    out += fmt::format("space_api_requests_total{{method=\"{}\",route=\"{}\",status=\"{}\"}} {}\n", method, route,
+                       status, n);
   }
   out += "# HELP space_api_rejections_total Requests refused because of their input.\n";
   out += "# TYPE space_api_rejections_total counter\n";

@@ -15,9 +15,12 @@ nlohmann::json exitJson(const agent::ExitStatus& exit) {
 
 nlohmann::json execEventJson(const agent::ExecEvent& event) {
   switch (event.kind) {
-    case agent::ExecEvent::Kind::kStdout: return {{"type", "stdout"}, {"data", http::base64Encode(event.data)}};
-    case agent::ExecEvent::Kind::kStderr: return {{"type", "stderr"}, {"data", http::base64Encode(event.data)}};
-    case agent::ExecEvent::Kind::kExit: return exitJson(event.exit);
+    case agent::ExecEvent::Kind::kStdout:
+      return {{"type", "stdout"}, {"data", http::base64Encode(event.data)}};
+    case agent::ExecEvent::Kind::kStderr:
+      return {{"type", "stderr"}, {"data", http::base64Encode(event.data)}};
+    case agent::ExecEvent::Kind::kExit:
+      return exitJson(event.exit);
   }
   return {};
 }

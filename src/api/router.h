@@ -17,7 +17,7 @@ class Metrics;
 
 struct ApiOptions {
   size_t json_body_limit = 1 << 20;
-  uint64_t host_memory_bytes = 0;  // 0 = read from the host at start
+  uint64_t host_memory_bytes = 0;                        // 0 = read from the host at start
   uint64_t template_upload_limit_bytes = 4096ull << 20;  // content of PUT /v1/templates/{name}/archive
 };
 
@@ -29,7 +29,7 @@ struct RouteContext {
   Metrics& metrics;
   const ApiOptions& options;
   std::map<std::string, std::string> params;  // from {name} segments, already validated by the route
-  int error_status = 0;  // set by helpers whose errors need a status of their own (413, 403)
+  int error_status = 0;                       // set by helpers whose errors need a status of their own (413, 403)
 
   const std::string& param(const std::string& name) const { return params.at(name); }
   // The body as a strict JSON object (413 beyond options.json_body_limit).

@@ -132,7 +132,8 @@ Result<std::string> safeEntryName(std::string_view name) {
   size_t start = 0;
   while (start <= name.size()) {
     size_t slash = name.find('/', start);
-    std::string_view part = name.substr(start, slash == std::string_view::npos ? std::string_view::npos : slash - start);
+    std::string_view part =
+        name.substr(start, slash == std::string_view::npos ? std::string_view::npos : slash - start);
     if (part == "..") return makeError(ErrorKind::kInvalidArgument, "tar entry '{}' climbs out with '..'", name);
     if (!part.empty() && part != ".") out += (out.empty() ? "" : "/") + std::string(part);
     if (slash == std::string_view::npos) break;

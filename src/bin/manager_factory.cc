@@ -1,11 +1,10 @@
 #include "bin/manager_factory.h"
 
+#include <spdlog/spdlog.h>
 #include <sys/stat.h>
-
-#include <algorithm>
 #include <unistd.h>
 
-#include <spdlog/spdlog.h>
+#include <algorithm>
 
 #include "archive/kek.h"
 #include "archive/key_store.h"
@@ -63,7 +62,6 @@ Result<std::optional<Egress>> startEgress(const DaemonConfig& config, std::strin
 
 }  // namespace
 
-
 // A snapshot_kek that cannot be read, or that does not open the data key this node already holds, is
 // found now rather than at the first export or import. Between setting a new key and `space key rotate`
 // the previous key still opens it: that is only a warning.
@@ -77,17 +75,18 @@ Status checkSnapshotKek(const DaemonConfig& config) {
   if (!config.snapshot_kek_previous.empty()) {
     auto previous = archive::kekFromSpec(config.snapshot_kek_previous);
     if (previous && keys.dataKey(config.snapshot_tenant, **previous)) {
-      spdlog::warn("snapshot_kek does not open the stored data key yet; snapshot_kek_previous does: run "
-                   "`space key rotate`");
+      spdlog::warn(
+          "snapshot_kek does not open the stored data key yet; snapshot_kek_previous does: run "
+          "`space key rotate`");
       return ok();
     }
   }
   Error e = dek.error();
   e.kind = ErrorKind::kInvalidArgument;
-  return tl::unexpected(e.context(fmt::format(
-      "snapshot_kek does not open the data key in {}/keys (a different key than the one it was made with; "
-      "set snapshot_kek_previous to the old key and run `space key rotate`)",
-      config.state_dir)));
+  return tl::unexpected(e.context(
+      fmt::format("snapshot_kek does not open the data key in {}/keys (a different key than the one it was made with; "
+                  "set snapshot_kek_previous to the old key and run `space key rotate`)",
+                  config.state_dir)));
 }
 
 Result<std::unique_ptr<SandboxManager>> makeSandboxManager(const DaemonConfig& config) {
@@ -139,7 +138,7 @@ Result<std::unique_ptr<SandboxManager>> makeSandboxManager(const DaemonConfig& c
     vm_config.kernel = config.vm_kernel;
     vm_config.initrd = config.vm_initrd;
     vm_config.allow_tcg = config.vm_allow_tcg;
-    vm_config.accel = config.vm_accel == "kvm" ? vm::AccelMode::kKvm
+    vm_config.accel = config.vm_accel == "kvm"   ? vm::AccelMode::kKvm
                       : config.vm_accel == "tcg" ? vm::AccelMode::kTcg
                                                  : vm::AccelMode::kAuto;
     vm_config.kvm_probe_cache_dir = config.vm_kvm_probe_cache_dir;
@@ -169,8 +168,10 @@ Result<std::unique_ptr<SandboxManager>> makeSandboxManager(const DaemonConfig& c
   if (auto st = templates->removeInterruptedBuilds(); !st) return tl::unexpected(st.error());
   auto manager = std::make_unique<Manager>(config, std::move(store), std::move(runtimes), std::move(templates));
   manager->setUidBlock(std::move(uid_block));
-  if (egress) manager->setEgress(std::move(egress->supervisor));
-  else manager->setEgressOffReason(egress_off_reason);
+  if (egress)
+    manager->setEgress(std::move(egress->supervisor));
+  else
+    manager->setEgressOffReason(egress_off_reason);
   TRY(manager->startBackground());
   return std::unique_ptr<SandboxManager>(std::move(manager));
 }

@@ -1,7 +1,8 @@
 // space: the command-line client of spaced. Tables for people, --json for scripts; errors are one line
 // "space: <message>" plus a hint, exit code 1 (2 for usage errors).
-#include <CLI/CLI.hpp>
 #include <fmt/format.h>
+
+#include <CLI/CLI.hpp>
 
 #include "cli/commands.h"
 #include "cli/options.h"
@@ -10,7 +11,9 @@ using namespace space;
 using namespace space::cli;
 
 int main(int argc, char** argv) {
-  CLI::App app{"space: sandboxes for code written by AI agents.\nSPACE_HOST=unix:///run/space/spaced.sock | http://HOST:PORT, SPACE_API_KEY=<key for TCP>"};
+  CLI::App app{
+      "space: sandboxes for code written by AI agents.\nSPACE_HOST=unix:///run/space/spaced.sock | http://HOST:PORT, "
+      "SPACE_API_KEY=<key for TCP>"};
   // `space` alone prints this help and exits 0, as docker, kubectl and gh do.
   app.require_subcommand(0, 1);
   app.set_version_flag("--version", "space " SPACE_VERSION);
@@ -45,9 +48,10 @@ int main(int argc, char** argv) {
   auto* c_ttl = app.add_subcommand("ttl", "show or change a sandbox's TTL: 30m from now, +10m more, none");
   c_ttl->add_option("ID", id)->required();
   c_ttl->add_option("DURATION", ttl_value, "30m (from now), +10m (more than is left), none (no TTL)");
-  c_ttl->footer("\nThe TTL counts the time a sandbox runs: while it is paused the clock stands still and\n"
-                "what is left is kept (a node deletes sandboxes paused longer than its max_paused_s).\n"
-                "A fork gets its parent's TTL afresh from the fork, or the one `space fork --ttl` gives.");
+  c_ttl->footer(
+      "\nThe TTL counts the time a sandbox runs: while it is paused the clock stands still and\n"
+      "what is left is kept (a node deletes sandboxes paused longer than its max_paused_s).\n"
+      "A fork gets its parent's TTL afresh from the fork, or the one `space fork --ttl` gives.");
 
   std::string snap_name, snap_ref;
   std::vector<std::string> snap_ids;
@@ -61,9 +65,11 @@ int main(int argc, char** argv) {
   auto* c_snapshot_export = c_snapshot->add_subcommand("export", "write a snapshot as an encrypted archive");
   c_snapshot_export->add_option("SNAPSHOT", snap_ref)->required();
   c_snapshot_export->add_option("-o,--output", archive_out, "archive file to write")->required();
-  auto* c_snapshot_import = c_snapshot->add_subcommand("import", "an archive becomes a snapshot of a sandbox; prints its id");
+  auto* c_snapshot_import =
+      c_snapshot->add_subcommand("import", "an archive becomes a snapshot of a sandbox; prints its id");
   c_snapshot_import->add_option("FILE", archive_in)->required();
-  c_snapshot_import->add_option("--sandbox", id, "the sandbox it belongs to (roll back or fork from it then)")->required();
+  c_snapshot_import->add_option("--sandbox", id, "the sandbox it belongs to (roll back or fork from it then)")
+      ->required();
   auto* c_history = app.add_subcommand("history", "list a sandbox's snapshots, oldest first, with their disk use");
   c_history->add_option("ID", id)->required();
   // A VM's processes come back from its memory with copies of their random generators (SECURITY.md V9).
@@ -151,8 +157,9 @@ int main(int argc, char** argv) {
 
   NetOptions net;
   bool net_follow = false;
-  auto* c_net = app.add_subcommand(
-      "net", "show or change a sandbox's egress policy: space net ID [--allow R] [--deny R] [--remove R] [--reset] [--mode M]");
+  auto* c_net = app.add_subcommand("net",
+                                   "show or change a sandbox's egress policy: space net ID [--allow R] [--deny R] "
+                                   "[--remove R] [--reset] [--mode M]");
   // Not required at parse time: `space net log ID` has no ID before "log".
   c_net->add_option("ID", id);
   c_net->add_option("--mode", net.mode, "deny-all, allow-list or allow-all-public")
@@ -164,25 +171,28 @@ int main(int argc, char** argv) {
   c_net->add_flag("--reset", net.reset, "drop every rule and go back to deny-all (before --allow/--deny)");
   c_net->add_option("--tls", net.tls, "intercept-bound or intercept-all (every allowed TLS host, Host held to SNI)")
       ->check(CLI::IsMember({"intercept-bound", "intercept-all"}));
-  auto* c_net_log = c_net->add_subcommand("log", "the gateway's decisions for a sandbox, as a table (--json: raw lines)");
+  auto* c_net_log =
+      c_net->add_subcommand("log", "the gateway's decisions for a sandbox, as a table (--json: raw lines)");
   std::string net_log_id;
   c_net_log->add_option("ID", net_log_id)->required();
   c_net_log->add_flag("--follow,-f", net_follow, "keep printing new lines");
 
   SecretOptions secret;
   std::vector<std::string> secret_names;
-  auto* c_secret = app.add_subcommand("secret", "credentials the egress gateway injects (values never enter a sandbox)");
+  auto* c_secret =
+      app.add_subcommand("secret", "credentials the egress gateway injects (values never enter a sandbox)");
   c_secret->require_subcommand(1);
   auto* c_secret_set = c_secret->add_subcommand("set", "store a secret: space secret set NAME --value-file F --host H");
   c_secret_set->add_option("NAME", secret.name)->required();
   c_secret_set->add_option("--value-file", secret.value_file, "file holding the value (- for stdin)")->required();
-  addRepeatable(c_secret_set, "--host", secret.hosts, "host the value may be sent to, exact or *.suffix (repeatable)")->required();
+  addRepeatable(c_secret_set, "--host", secret.hosts, "host the value may be sent to, exact or *.suffix (repeatable)")
+      ->required();
   c_secret_set->add_option("--header", secret.header, "header that carries it (default Authorization)");
   c_secret_set->add_option("--format", secret.format, "set the header to this, {} = the value (e.g. \"Bearer {}\")");
   addRepeatable(c_secret_set, "--method", secret.methods,
-                           "only requests with this method get it, e.g. GET (repeatable; default any)");
+                "only requests with this method get it, e.g. GET (repeatable; default any)");
   addRepeatable(c_secret_set, "--path-prefix", secret.path_prefixes,
-                           "only requests whose path starts with this get it, e.g. /v1/ (repeatable; default any)");
+                "only requests whose path starts with this get it, e.g. /v1/ (repeatable; default any)");
   auto* c_secret_ls = c_secret->add_subcommand("ls", "list secrets (names and bindings only)");
   auto* c_secret_rm = c_secret->add_subcommand("rm", "remove secrets");
   c_secret_rm->add_option("NAME", secret_names)->required();
@@ -226,7 +236,8 @@ int main(int argc, char** argv) {
   auto* c_tpl_ls = c_tpl->add_subcommand("ls", "list templates");
   auto* c_tpl_rm = c_tpl->add_subcommand("rm", "remove a template");
   c_tpl_rm->add_option("NAME", name)->required();
-  auto* c_tpl_warm = c_tpl->add_subcommand("warm", "make the template's VM memory snapshot now (else on first vm create)");
+  auto* c_tpl_warm =
+      c_tpl->add_subcommand("warm", "make the template's VM memory snapshot now (else on first vm create)");
   c_tpl_warm->add_option("NAME", name)->required();
 
   try {
@@ -265,7 +276,10 @@ int main(int argc, char** argv) {
   if (c_kill->parsed()) return cmdKill(ctx, id, proc, sig);
   if (c_net_log->parsed()) return cmdNetLog(ctx, net_log_id, net_follow);
   if (c_net->parsed()) {
-    if (id.empty()) return fail(&ctx, Error{ErrorKind::kInvalidArgument, 0, "space net ID [--allow R] [--deny R] [--remove R] [--reset] [--mode M] [--tls T] | space net log ID [--follow]"});
+    if (id.empty())
+      return fail(&ctx, Error{ErrorKind::kInvalidArgument, 0,
+                              "space net ID [--allow R] [--deny R] [--remove R] [--reset] [--mode M] [--tls T] | space "
+                              "net log ID [--follow]"});
     return cmdNet(ctx, id, net);
   }
   if (c_secret_set->parsed()) return cmdSecretSet(ctx, secret);
@@ -285,7 +299,9 @@ int main(int argc, char** argv) {
   if (c_snapshot_export->parsed()) return cmdSnapshotExport(ctx, snap_ref, archive_out);
   if (c_snapshot_import->parsed()) return cmdSnapshotImport(ctx, archive_in, id);
   if (c_snapshot->parsed()) {
-    if (id.empty()) return fail(&ctx, Error{ErrorKind::kInvalidArgument, 0, "space snapshot ID [--name N] | space snapshot rm SNAPSHOT..."});
+    if (id.empty())
+      return fail(
+          &ctx, Error{ErrorKind::kInvalidArgument, 0, "space snapshot ID [--name N] | space snapshot rm SNAPSHOT..."});
     return cmdSnapshot(ctx, id, snap_name);
   }
   if (c_history->parsed()) return cmdHistory(ctx, id);

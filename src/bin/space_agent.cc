@@ -2,8 +2,8 @@
 //   space-agent --jail-init …         started by the jail runtime: contain, then serve
 //   space-agent --listen PATH [--root DIR] [--vmstat FILE]   serve on a unix socket without containment (tests)
 //   space-agent --vm-init             PID 1 of a SPACE microVM: mount, load modules, serve on virtio-serial
-#include <sys/reboot.h>
 #include <sys/prctl.h>
+#include <sys/reboot.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <unistd.h>

@@ -3,16 +3,15 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <CLI/CLI.hpp>
 #include <filesystem>
 #include <fstream>
 #include <thread>
 
-#include <CLI/CLI.hpp>
-
 #include "api/api_server.h"
 #include "api/logging.h"
-#include "core/config.h"
 #include "bin/manager_factory.h"
+#include "core/config.h"
 #include "http/server.h"
 
 namespace {
@@ -69,15 +68,21 @@ int main(int argc, char** argv) {
   app.add_option("--agent-binary", flags.agent_binary, "space-agent binary (default: next to spaced)");
   app.add_option("--seccomp-policy", flags.seccomp_policy, "seccomp policy JSON for sandboxes");
   app.add_option("--default-template", flags.default_template, "template used when create names none");
-  app.add_option("--pool-size", flags.pool_size, "pre-started sandboxes per pooled template")->check(CLI::Range(0, 1000));
-  app.add_option("--pool-templates", flags.pool_templates, "comma-separated templates to pool (default: the default template)");
+  app.add_option("--pool-size", flags.pool_size, "pre-started sandboxes per pooled template")
+      ->check(CLI::Range(0, 1000));
+  app.add_option("--pool-templates", flags.pool_templates,
+                 "comma-separated templates to pool (default: the default template)");
   app.add_option("--default-cpus", default_cpus, "CPU limit when create gives none")->check(CLI::Range(0.001, 64.0));
-  app.add_option("--default-memory-mib", default_memory_mib, "memory limit when create gives none")->check(CLI::Range(16, 1 << 30));
-  app.add_option("--default-pids", flags.default_limits.pids, "pids limit when create gives none")->check(CLI::Range(8, 4194304));
-  app.add_option("--default-disk-mib", default_disk_mib, "disk quota when create gives none")->check(CLI::Range(16, 1 << 30));
+  app.add_option("--default-memory-mib", default_memory_mib, "memory limit when create gives none")
+      ->check(CLI::Range(16, 1 << 30));
+  app.add_option("--default-pids", flags.default_limits.pids, "pids limit when create gives none")
+      ->check(CLI::Range(8, 4194304));
+  app.add_option("--default-disk-mib", default_disk_mib, "disk quota when create gives none")
+      ->check(CLI::Range(16, 1 << 30));
   app.add_option("--default-ttl", flags.default_ttl_s, "TTL in seconds when create gives none (0: none)");
   app.add_option("--max-ttl", flags.max_ttl_s, "largest TTL a client may ask for, in seconds");
-  app.add_option("--cgroup-parent", flags.cgroup_parent, "cgroup directory (in every hierarchy) holding the sandboxes' groups");
+  app.add_option("--cgroup-parent", flags.cgroup_parent,
+                 "cgroup directory (in every hierarchy) holding the sandboxes' groups");
   app.add_option("--max-sandboxes", flags.max_sandboxes, "sandboxes this node runs at most");
   app.add_option("--disk-volume-bytes", flags.disk_volume_bytes, "sparse size of the volume holding writable layers");
   app.add_option("--egress", flags.egress,
@@ -88,15 +93,19 @@ int main(int argc, char** argv) {
   app.add_option("--vm-initrd", flags.vm_initrd, "guest initramfs of the vm tier (scripts/vm/build-guest)");
   app.add_flag("--vm-allow-tcg,!--vm-no-tcg", flags.vm_allow_tcg,
                "where KVM is not proven, run VMs under software emulation (--vm-no-tcg: KVM or no vm tier)");
-  app.add_option("--vm-accel", flags.vm_accel,
-                 "auto: KVM where a probe VM proves it, else TCG; kvm: KVM or spaced does not start; tcg: emulation only")
+  app.add_option(
+         "--vm-accel", flags.vm_accel,
+         "auto: KVM where a probe VM proves it, else TCG; kvm: KVM or spaced does not start; tcg: emulation only")
       ->check(CLI::IsMember({"auto", "kvm", "tcg"}));
   app.add_option("--vm-kvm-probe-cache", flags.vm_kvm_probe_cache_dir, "host-wide cache of KVM probe verdicts");
   app.add_option("--vm-kvm-probe-timeout-ms", flags.vm_kvm_probe_timeout_ms,
-                 "how long the KVM probe VM has to reach its agent")->check(CLI::Range(1, 600000));
-  app.add_option("--vm-default-memory-mib", flags.vm_default_memory_mib, "guest RAM of a VM when create gives none (default: as --default-memory-mib)")
+                 "how long the KVM probe VM has to reach its agent")
+      ->check(CLI::Range(1, 600000));
+  app.add_option("--vm-default-memory-mib", flags.vm_default_memory_mib,
+                 "guest RAM of a VM when create gives none (default: as --default-memory-mib)")
       ->check(CLI::Range(64, 1 << 30));
-  app.add_option("--vm-pool-size", flags.vm_pool_size, "VMMs waiting to restore per pooled template")->check(CLI::Range(0, 1000));
+  app.add_option("--vm-pool-size", flags.vm_pool_size, "VMMs waiting to restore per pooled template")
+      ->check(CLI::Range(0, 1000));
   app.add_option("--log-level", flags.log_level, "trace, debug, info, warn, error")
       ->check(CLI::IsMember({"trace", "debug", "info", "warn", "error", "critical", "off"}));
   CLI11_PARSE(app, argc, argv);
@@ -172,15 +181,19 @@ int main(int argc, char** argv) {
   api::ApiOptions api_options;
   api_options.template_upload_limit_bytes = config.template_upload_max_mib << 20;
   api::ApiServer api_server(**manager, api_options);
-  http::Server server([&](http::Request& req, http::BodyReader& body, http::ResponseWriter& resp) { api_server.handle(req, body, resp); },
-                      http::ServerOptions{}, [&](const std::string& reason) { api_server.metrics().countRejection(reason); });
+  http::Server server([&](http::Request& req, http::BodyReader& body,
+                          http::ResponseWriter& resp) { api_server.handle(req, body, resp); },
+                      http::ServerOptions{},
+                      [&](const std::string& reason) { api_server.metrics().countRejection(reason); });
   if (auto st = server.listenUnix(config.socket_path); !st) {
-    api::logJson(spdlog::level::critical, "cannot listen", {{"socket", config.socket_path}, {"error", st.error().message}});
+    api::logJson(spdlog::level::critical, "cannot listen",
+                 {{"socket", config.socket_path}, {"error", st.error().message}});
     return 1;
   }
   if (!config.listen.empty()) {
     if (auto st = server.listenTcp(config.listen); !st) {
-      api::logJson(spdlog::level::critical, "cannot listen", {{"listen", config.listen}, {"error", st.error().message}});
+      api::logJson(spdlog::level::critical, "cannot listen",
+                   {{"listen", config.listen}, {"error", st.error().message}});
       return 1;
     }
   }

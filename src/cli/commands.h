@@ -55,7 +55,7 @@ struct ExecOptions {
 
 struct ShellOptions {
   std::string program = "/bin/sh";  // --cmd
-  std::vector<std::string> argv;     // after "--": program and arguments (wins over --cmd)
+  std::vector<std::string> argv;    // after "--": program and arguments (wins over --cmd)
 };
 
 // Builds the create body from the flags (kInvalidArgument on bad sizes or pairs).
@@ -127,8 +127,8 @@ struct RestoreOptions {
   std::string signal;
 };
 int cmdRollback(Context& ctx, const std::string& id, const std::string& snap, const RestoreOptions& restore = {});
-int cmdFork(Context& ctx, const std::string& id, int count, const std::string& snap,
-            const RestoreOptions& restore = {}, const std::string& ttl = {});
+int cmdFork(Context& ctx, const std::string& id, int count, const std::string& snap, const RestoreOptions& restore = {},
+            const std::string& ttl = {});
 // Shows the TTL, or sets it: "30m" from now, "+10m" more than is left, "none".
 int cmdTtl(Context& ctx, const std::string& id, const std::string& value);
 

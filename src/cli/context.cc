@@ -1,11 +1,11 @@
 #include "cli/context.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <cctype>
 #include <cmath>
 #include <cstdlib>
-
-#include <fmt/format.h>
 
 #include "cli/output.h"
 
@@ -91,8 +91,7 @@ Status checkResponse(const http::ClientResponse& resp) {
   if (resp.status >= 200 && resp.status < 300) return ok();
   Error e{http::errorKindFromStatus(resp.status), 0, http::errorMessageFromBody(resp.body)};
   auto j = nlohmann::json::parse(resp.body, nullptr, false);
-  if (j.is_object() && j.contains("error") && j["error"].is_object())
-    e.resource = j["error"].value("resource", "");
+  if (j.is_object() && j.contains("error") && j["error"].is_object()) e.resource = j["error"].value("resource", "");
   e.reason = errorReasonFromBody(resp.body);
   return tl::unexpected(std::move(e));
 }
@@ -138,7 +137,8 @@ Result<uint64_t> parseSizeMiB(std::string_view text) {
 
 Result<std::pair<std::string, std::string>> parseKeyValue(std::string_view what, std::string_view text) {
   size_t eq = text.find('=');
-  if (eq == std::string_view::npos || eq == 0) return makeError(ErrorKind::kInvalidArgument, "{} '{}' must be KEY=VALUE", what, text);
+  if (eq == std::string_view::npos || eq == 0)
+    return makeError(ErrorKind::kInvalidArgument, "{} '{}' must be KEY=VALUE", what, text);
   return std::make_pair(std::string(text.substr(0, eq)), std::string(text.substr(eq + 1)));
 }
 

@@ -1,14 +1,13 @@
 // space cp: files and directories in and out of a sandbox. Files stream in 64 KiB pieces (no whole-file
 // buffering); directories travel as one tar stream (GET/PUT .../files/archive); "-" is stdin or stdout.
 #include <fcntl.h>
+#include <fmt/format.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <cstdlib>
 #include <filesystem>
 #include <optional>
-
-#include <fmt/format.h>
 
 #include "cli/commands.h"
 #include "cli/local_tar.h"
@@ -63,7 +62,6 @@ int downloadToFile(Context& ctx, const std::string& target, const std::string& l
   }
   return 0;
 }
-
 
 namespace {
 
@@ -192,7 +190,7 @@ int uploadFile(Context& ctx, const std::string& local, const std::string& id, st
   struct stat st {};
   if (::fstat(fd->get(), &st) != 0 || !S_ISREG(st.st_mode))
     return fail(&ctx, usage(S_ISDIR(st.st_mode) ? fmt::format("{} is a directory: copy it with space cp -r", local)
-                                                  : fmt::format("{} is not a regular file", local)));
+                                                : fmt::format("{} is not a regular file", local)));
   bool into_dir = remote.ends_with('/');
   if (!into_dir) {
     auto rs = remoteStat(ctx, id, remote);
@@ -205,12 +203,14 @@ int uploadFile(Context& ctx, const std::string& local, const std::string& id, st
     if (auto made = remoteMkdirs(ctx, id, remote); !made) return fail(&ctx, made.error());
   }
   if (into_dir) {
-    if (local == kStdio) return fail(&ctx, usage(fmt::format("stdin has no name: give one, e.g. {}:{}", id, joinPath(remote, "NAME"))));
+    if (local == kStdio)
+      return fail(&ctx, usage(fmt::format("stdin has no name: give one, e.g. {}:{}", id, joinPath(remote, "NAME"))));
     remote = joinPath(remote, baseName(local));
   }
   json answer;
-  if (int rc = uploadBody(ctx, fmt::format("{}&mode={:o}", filesTarget(id, "", remote), local == kStdio ? 0644 : st.st_mode & 0777),
-                          fd->get(), local, &answer))
+  if (int rc = uploadBody(
+          ctx, fmt::format("{}&mode={:o}", filesTarget(id, "", remote), local == kStdio ? 0644 : st.st_mode & 0777),
+          fd->get(), local, &answer))
     return rc;
   printResult(ctx, {{"from", local}, {"to", id + ":" + remote}, {"bytes", answer.value("bytes", uint64_t{0})}}, "");
   return 0;
@@ -229,7 +229,8 @@ int uploadTree(Context& ctx, const std::string& local, const std::string& id, co
     std::string parent = remote.ends_with('/') ? remote : parentOf(remote);
     auto ps = remoteStat(ctx, id, parent);
     if (!ps) return fail(&ctx, ps.error());
-    if (!*ps) return fail(&ctx, Error{ErrorKind::kNotFound, 0, fmt::format("{}:{} does not exist (-p makes it)", id, parent)});
+    if (!*ps)
+      return fail(&ctx, Error{ErrorKind::kNotFound, 0, fmt::format("{}:{} does not exist (-p makes it)", id, parent)});
   }
   auto tar = anonymousFile();
   if (!tar) return fail(&ctx, tar.error());
@@ -239,7 +240,8 @@ int uploadTree(Context& ctx, const std::string& local, const std::string& id, co
   json answer;
   if (int rc = uploadBody(ctx, filesTarget(id, "/archive", dest), tar->get(), local, &answer)) return rc;
   if (uint64_t skipped = answer.value("skipped", uint64_t{0}))
-    fmt::print(stderr, "space: {} entries not copied (symlinks, hard links and devices are not made in a sandbox)\n", skipped);
+    fmt::print(stderr, "space: {} entries not copied (symlinks, hard links and devices are not made in a sandbox)\n",
+               skipped);
   return 0;
 }
 
@@ -253,7 +255,8 @@ int downloadFile(Context& ctx, const std::string& id, const std::string& remote,
   if (local == kStdio) return streamToStdout(ctx, filesTarget(id, "", remote));
   struct stat st {};
   if (local == ".") local = "./";
-  if (local.back() == '/' || (::stat(local.c_str(), &st) == 0 && S_ISDIR(st.st_mode))) local = joinPath(local, baseName(remote));
+  if (local.back() == '/' || (::stat(local.c_str(), &st) == 0 && S_ISDIR(st.st_mode)))
+    local = joinPath(local, baseName(remote));
   if (o.parents) {
     std::error_code ec;
     fs::create_directories(parentOf(local), ec);
@@ -261,7 +264,10 @@ int downloadFile(Context& ctx, const std::string& id, const std::string& remote,
   }
   if (int rc = downloadToFile(ctx, filesTarget(id, "", remote), local)) return rc;
   struct stat done {};
-  printResult(ctx, {{"from", id + ":" + remote}, {"to", local}, {"bytes", ::stat(local.c_str(), &done) == 0 ? done.st_size : 0}}, "");
+  printResult(
+      ctx,
+      {{"from", id + ":" + remote}, {"to", local}, {"bytes", ::stat(local.c_str(), &done) == 0 ? done.st_size : 0}},
+      "");
   return 0;
 }
 
@@ -274,7 +280,8 @@ int downloadTree(Context& ctx, const std::string& id, const std::string& remote,
   std::error_code ec;
   bool into = fs::is_directory(local, ec);
   if (!into && !o.parents && !fs::is_directory(parentOf(local), ec))
-    return fail(&ctx, Error{ErrorKind::kNotFound, 0, fmt::format("{} does not exist (-p makes it)", parentOf(local)), "local"});
+    return fail(
+        &ctx, Error{ErrorKind::kNotFound, 0, fmt::format("{} does not exist (-p makes it)", parentOf(local)), "local"});
   auto tar = anonymousFile();
   if (!tar) return fail(&ctx, tar.error());
   auto resp = ctx.client.stream("GET", filesTarget(id, "/archive", remote), std::nullopt,
@@ -302,8 +309,11 @@ int cmdCp(Context& ctx, const std::string& src, const std::string& dst, const Cp
                src_id.empty() ? dst : src, src_id.empty() ? dst_id : src_id);
     return 2;
   }
-  if (!dst_id.empty()) return o.recursive ? uploadTree(ctx, src_path, dst_id, dst_path, o) : uploadFile(ctx, src_path, dst_id, dst_path, o);
-  return o.recursive ? downloadTree(ctx, src_id, src_path, dst_path, o) : downloadFile(ctx, src_id, src_path, dst_path, o);
+  if (!dst_id.empty())
+    return o.recursive ? uploadTree(ctx, src_path, dst_id, dst_path, o)
+                       : uploadFile(ctx, src_path, dst_id, dst_path, o);
+  return o.recursive ? downloadTree(ctx, src_id, src_path, dst_path, o)
+                     : downloadFile(ctx, src_id, src_path, dst_path, o);
 }
 
 }  // namespace space::cli

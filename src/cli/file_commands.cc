@@ -1,8 +1,8 @@
 // space files ls|stat|mkdir|mv|rm: the sandbox file API (GET .../files/list and /stat, POST .../mkdir and
 // /move, DELETE .../files), one call each.
-#include <ctime>
-
 #include <fmt/format.h>
+
+#include <ctime>
 
 #include "cli/commands.h"
 #include "http/url.h"

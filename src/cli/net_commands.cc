@@ -1,6 +1,8 @@
 // space net (a sandbox's egress policy and audit log) and space secret (the node's secrets).
 #include <arpa/inet.h>
 #include <fcntl.h>
+#include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -8,9 +10,6 @@
 #include <iostream>
 #include <optional>
 #include <sstream>
-
-#include <fmt/format.h>
-#include <fmt/ranges.h>
 
 #include "cli/commands.h"
 #include "cli/output.h"
@@ -85,7 +84,8 @@ Result<json> parsePortList(const std::string& flag, const std::string& text, con
 
 // Splits "TARGET[:PORTS]" where TARGET may be a name, an address, a CIDR or a bracketed IPv6 address
 // with an optional prefix. An unbracketed IPv6 address takes no port: its last group would be ambiguous.
-Result<std::pair<std::string, std::optional<std::string>>> splitTargetAndPorts(const std::string& flag, const std::string& text) {
+Result<std::pair<std::string, std::optional<std::string>>> splitTargetAndPorts(const std::string& flag,
+                                                                               const std::string& text) {
   if (text.front() == '[') {
     size_t close = text.find(']');
     if (close == std::string::npos)
@@ -191,18 +191,21 @@ std::string modeChangeNote(const std::string& from, const json& policy) {
   size_t rules = allows + denies;
   if (to == "deny-all")
     return rules == 0 ? "mode deny-all: nothing leaves the sandbox"
-                      : fmt::format("mode deny-all: nothing leaves the sandbox; its {} rules are kept and apply again "
-                                    "under allow-list or allow-all-public ('--reset' drops them)",
-                                    rules);
+                      : fmt::format(
+                            "mode deny-all: nothing leaves the sandbox; its {} rules are kept and apply again "
+                            "under allow-list or allow-all-public ('--reset' drops them)",
+                            rules);
   if (to == "allow-list")
     return allows == 0 ? "mode allow-list: no allow rule yet, so nothing is reachable until one is added with --allow"
-                       : fmt::format("mode allow-list: only what the {} allow rules name is reachable; deny rules "
-                                     "win over them",
-                                     allows);
-  return fmt::format("mode allow-all-public: every public destination is reachable; the {} deny rules still block "
-                     "theirs, CIDR allow rules still open the private ranges they name, domain allow rules add "
-                     "nothing",
-                     denies);
+                       : fmt::format(
+                             "mode allow-list: only what the {} allow rules name is reachable; deny rules "
+                             "win over them",
+                             allows);
+  return fmt::format(
+      "mode allow-all-public: every public destination is reachable; the {} deny rules still block "
+      "theirs, CIDR allow rules still open the private ranges they name, domain allow rules add "
+      "nothing",
+      denies);
 }
 
 int cmdNet(Context& ctx, const std::string& id, const NetOptions& o) {
@@ -230,8 +233,8 @@ std::vector<std::string> auditRow(const json& line) {
   std::string dest = line.value("name", line.value("sni", ""));
   if (std::string used = line.value("used", ""); !used.empty()) dest += dest.empty() ? used : " (" + used + ")";
   if (line.contains("repeated")) dest += fmt::format(" x{}", line.value("repeated", 0));
-  return {time, line.value("kind", ""), line.value("verdict", ""), dest, line.value("rule", ""),
-          line.value("reason", "")};
+  return {time, line.value("kind", ""), line.value("verdict", ""),
+          dest, line.value("rule", ""), line.value("reason", "")};
 }
 
 int cmdNetLog(Context& ctx, const std::string& id, bool follow) {
@@ -245,8 +248,10 @@ int cmdNetLog(Context& ctx, const std::string& id, bool follow) {
     auto j = json::parse(line, nullptr, false);
     if (!j.is_object()) return;
     // Followed lines cannot wait for the widest cell: each is printed as it comes, tab-separated.
-    if (follow) fmt::print("{}\n", fmt::join(auditRow(j), "\t"));
-    else rows.push_back(auditRow(j));
+    if (follow)
+      fmt::print("{}\n", fmt::join(auditRow(j), "\t"));
+    else
+      rows.push_back(auditRow(j));
   };
   if (follow && !ctx.json) fmt::print("{}\n", fmt::join(header, "\t"));
   std::string pending;
@@ -276,7 +281,8 @@ int cmdSecretSet(Context& ctx, const SecretOptions& o) {
     value = ss.str();
   } else {
     std::ifstream in(o.value_file, std::ios::binary);
-    if (!in) return fail(&ctx, Error{ErrorKind::kNotFound, 0, fmt::format("cannot read --value-file {}", o.value_file)});
+    if (!in)
+      return fail(&ctx, Error{ErrorKind::kNotFound, 0, fmt::format("cannot read --value-file {}", o.value_file)});
     std::stringstream ss;
     ss << in.rdbuf();
     value = ss.str();
@@ -290,8 +296,10 @@ int cmdSecretSet(Context& ctx, const SecretOptions& o) {
   if (!o.path_prefixes.empty()) body["path_prefixes"] = o.path_prefixes;
   auto j = callJson(ctx, "POST", "/v1/secrets", body);
   if (!j) return fail(&ctx, j.error());
-  if (ctx.json) fmt::print("{}\n", j->dump());
-  else fmt::print("{}\n", j->value("name", ""));
+  if (ctx.json)
+    fmt::print("{}\n", j->dump());
+  else
+    fmt::print("{}\n", j->value("name", ""));
   return 0;
 }
 
@@ -305,12 +313,15 @@ int cmdSecretLs(Context& ctx) {
   std::vector<std::vector<std::string>> rows;
   for (const auto& s : j->value("secrets", nlohmann::json::array())) {
     std::string hosts;
-    for (const auto& h : s.value("hosts", nlohmann::json::array())) hosts += (hosts.empty() ? "" : ",") + h.get<std::string>();
+    for (const auto& h : s.value("hosts", nlohmann::json::array()))
+      hosts += (hosts.empty() ? "" : ",") + h.get<std::string>();
     std::string only;
-    for (const auto& m : s.value("methods", nlohmann::json::array())) only += (only.empty() ? "" : ",") + m.get<std::string>();
+    for (const auto& m : s.value("methods", nlohmann::json::array()))
+      only += (only.empty() ? "" : ",") + m.get<std::string>();
     for (const auto& p : s.value("path_prefixes", nlohmann::json::array()))
       only += (only.empty() ? "" : ",") + p.get<std::string>() + "*";
-    rows.push_back({s.value("name", ""), hosts, s.value("header", ""), s.value("format", ""), only.empty() ? "-" : only});
+    rows.push_back(
+        {s.value("name", ""), hosts, s.value("header", ""), s.value("format", ""), only.empty() ? "-" : only});
   }
   printTable({"NAME", "HOSTS", "HEADER", "FORMAT", "ONLY"}, rows);
   return 0;
@@ -320,8 +331,10 @@ int cmdSecretRm(Context& ctx, const std::vector<std::string>& names) {
   int rc = 0;
   for (const auto& n : names) {
     auto j = callJson(ctx, "DELETE", "/v1/secrets/" + http::percentEncode(n));
-    if (!j) rc = fail(&ctx, j.error());
-    else printResult(ctx, {{"name", n}, {"removed", true}}, "");
+    if (!j)
+      rc = fail(&ctx, j.error());
+    else
+      printResult(ctx, {{"name", n}, {"removed", true}}, "");
   }
   return rc;
 }

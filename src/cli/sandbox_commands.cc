@@ -18,7 +18,8 @@ Result<nlohmann::json> createBody(const CreateOptions& o) {
   if (!o.cpus.empty()) {
     char* end = nullptr;
     double cpus = std::strtod(o.cpus.c_str(), &end);
-    if (end != o.cpus.c_str() + o.cpus.size() || !(cpus > 0)) return makeError(ErrorKind::kInvalidArgument, "--cpus '{}' must be a number such as 0.5 or 2", o.cpus);
+    if (end != o.cpus.c_str() + o.cpus.size() || !(cpus > 0))
+      return makeError(ErrorKind::kInvalidArgument, "--cpus '{}' must be a number such as 0.5 or 2", o.cpus);
     body["cpus"] = cpus;
   }
   if (!o.memory.empty()) {
@@ -34,7 +35,8 @@ Result<nlohmann::json> createBody(const CreateOptions& o) {
   if (!o.pids.empty()) {
     char* end = nullptr;
     long pids = std::strtol(o.pids.c_str(), &end, 10);
-    if (end != o.pids.c_str() + o.pids.size() || pids <= 0) return makeError(ErrorKind::kInvalidArgument, "--pids '{}' must be a whole number", o.pids);
+    if (end != o.pids.c_str() + o.pids.size() || pids <= 0)
+      return makeError(ErrorKind::kInvalidArgument, "--pids '{}' must be a whole number", o.pids);
     body["pids"] = pids;
   }
   if (!o.history_every.empty()) {
@@ -121,7 +123,8 @@ std::string str(const nlohmann::json& j, const char* key) {
 std::string labelsText(const nlohmann::json& j) {
   std::string out;
   if (j.contains("labels") && j["labels"].is_object()) {
-    for (const auto& [k, v] : j["labels"].items()) out += (out.empty() ? "" : ",") + k + "=" + (v.is_string() ? v.get<std::string>() : v.dump());
+    for (const auto& [k, v] : j["labels"].items())
+      out += (out.empty() ? "" : ",") + k + "=" + (v.is_string() ? v.get<std::string>() : v.dump());
   }
   return out.empty() ? "-" : out;
 }
@@ -145,7 +148,8 @@ int cmdLs(Context& ctx, const std::vector<std::string>& labels, const std::strin
   }
   std::vector<std::vector<std::string>> rows;
   for (const auto& s : list) {
-    rows.push_back({str(s, "id"), str(s, "template"), str(s, "state"), str(s, "isolation"), str(s, "created_at"), labelsText(s)});
+    rows.push_back(
+        {str(s, "id"), str(s, "template"), str(s, "state"), str(s, "isolation"), str(s, "created_at"), labelsText(s)});
   }
   printTable({"ID", "TEMPLATE", "STATE", "ISOLATION", "CREATED", "LABELS"}, rows);
   return 0;
@@ -178,7 +182,8 @@ int cmdKeyCreate(Context& ctx, const std::string& name) {
     fmt::print("{}\n", j->dump());
   } else {
     fmt::print("{}\n", j->value("secret", ""));
-    fmt::print(stderr, "key {} ({}): the secret above is shown only once; use it as SPACE_API_KEY\n", j->value("id", ""), name);
+    fmt::print(stderr, "key {} ({}): the secret above is shown only once; use it as SPACE_API_KEY\n",
+               j->value("id", ""), name);
   }
   return 0;
 }
@@ -276,8 +281,10 @@ static std::string ttlLine(const nlohmann::json& view) {
   std::string id = view.value("id", "");
   if (!view.contains("ttl_remaining_s")) return id + ": no TTL";
   auto left = spokenDuration(view["ttl_remaining_s"].get<int64_t>());
-  if (view.value("state", "") == "paused") return fmt::format("{}: {} left, counting from its resume (paused)", id, left);
-  return fmt::format("{}: {} left, deleted at {}", id, left, view["expires_at"].is_string() ? view["expires_at"].get<std::string>() : "?");
+  if (view.value("state", "") == "paused")
+    return fmt::format("{}: {} left, counting from its resume (paused)", id, left);
+  return fmt::format("{}: {} left, deleted at {}", id, left,
+                     view["expires_at"].is_string() ? view["expires_at"].get<std::string>() : "?");
 }
 
 int cmdTtl(Context& ctx, const std::string& id, const std::string& value) {

@@ -1,5 +1,6 @@
 // space shell: an interactive terminal in a sandbox over the PTY WebSocket. The local terminal goes raw
 // for the session and is restored on every way out.
+#include <fmt/format.h>
 #include <signal.h>
 #include <sys/ioctl.h>
 #include <termios.h>
@@ -7,8 +8,6 @@
 
 #include <atomic>
 #include <thread>
-
-#include <fmt/format.h>
 
 #include "cli/commands.h"
 #include "http/url.h"
@@ -27,8 +26,9 @@ Result<std::vector<std::string>> shellArgv(const ShellOptions& o) {
   if (argv.empty()) {
     // --cmd names one program, as the API's cmd= does; a command line would be looked up as one name.
     if (o.program.find_first_of(" \t") != std::string::npos) {
-      return makeError(ErrorKind::kInvalidArgument, "--cmd '{}' names one program; give arguments after --: space shell ID -- {}",
-                       o.program, o.program);
+      return makeError(ErrorKind::kInvalidArgument,
+                       "--cmd '{}' names one program; give arguments after --: space shell ID -- {}", o.program,
+                       o.program);
     }
     argv.push_back(o.program.empty() ? "/bin/sh" : o.program);
   }
@@ -39,7 +39,8 @@ Result<std::vector<std::string>> shellArgv(const ShellOptions& o) {
 
 Result<std::string> shellTarget(const std::string& id, const ShellOptions& o, int rows, int cols) {
   ASSIGN_OR_RETURN(std::vector<std::string> argv, shellArgv(o));
-  std::string target = fmt::format("/v1/sandboxes/{}/pty?cmd={}", http::percentEncode(id), http::percentEncode(argv[0]));
+  std::string target =
+      fmt::format("/v1/sandboxes/{}/pty?cmd={}", http::percentEncode(id), http::percentEncode(argv[0]));
   for (size_t i = 1; i < argv.size(); ++i) target += "&arg=" + http::percentEncode(argv[i]);
   return target + fmt::format("&rows={}&cols={}", rows, cols);
 }
@@ -125,12 +126,14 @@ int cmdShell(Context& ctx, const std::string& id, const ShellOptions& o) {
     auto j = nlohmann::json::parse(data, nullptr, false);
     if (j.is_discarded() || !j.is_object()) return;
     if (j.value("type", "") == "exit") exit_code = exitCodeOf(j);
-    if (j.value("type", "") == "error") error = j.value("error", nlohmann::json::object()).value("message", "session failed");
+    if (j.value("type", "") == "error")
+      error = j.value("error", nlohmann::json::object()).value("message", "session failed");
   });
   restore();
   if (!error.empty()) return fail(&ctx, Error{ErrorKind::kUnavailable, 0, error});
   if (!st) return fail(&ctx, st.error());
-  if (exit_code < 0) return fail(&ctx, Error{ErrorKind::kUnavailable, 0, "the terminal session ended without an exit status"});
+  if (exit_code < 0)
+    return fail(&ctx, Error{ErrorKind::kUnavailable, 0, "the terminal session ended without an exit status"});
   return exit_code;
 }
 

@@ -4,11 +4,10 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "common/unique_fd.h"
-
 #include "cli/commands.h"
-#include "cli/durations.h"
 #include "cli/context.h"
+#include "cli/durations.h"
+#include "common/unique_fd.h"
 #include "http/url.h"
 
 namespace space::cli {

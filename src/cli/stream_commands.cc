@@ -1,5 +1,6 @@
 // Commands that stream NDJSON from the daemon: exec, run, logs, template build; and the background
 // process commands next to them.
+#include <fmt/format.h>
 #include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -8,8 +9,6 @@
 #include <iostream>
 #include <iterator>
 #include <thread>
-
-#include <fmt/format.h>
 
 #include "cli/commands.h"
 #include "cli/durations.h"
@@ -55,7 +54,7 @@ class NdjsonReader {
 // Prints process output events (with --json, each event as the daemon sent it, one a line); returns the
 // exit event when one came.
 Result<std::optional<nlohmann::json>> streamProcess(Context& ctx, const std::string& method, const std::string& target,
-                                                     const std::optional<std::string>& body) {
+                                                    const std::optional<std::string>& body) {
   std::optional<nlohmann::json> exit;
   std::optional<Error> stream_error;
   NdjsonReader reader([&](const nlohmann::json& line) -> Status {
@@ -75,7 +74,8 @@ Result<std::optional<nlohmann::json>> streamProcess(Context& ctx, const std::str
     }
     return ok();
   });
-  ASSIGN_OR_RETURN(auto resp, ctx.client.stream(method, target, body, [&](std::string_view d) { return reader.feed(d); }));
+  ASSIGN_OR_RETURN(auto resp,
+                   ctx.client.stream(method, target, body, [&](std::string_view d) { return reader.feed(d); }));
   TRY(checkResponse(resp));
   if (stream_error) return tl::unexpected(*stream_error);
   return exit;
@@ -164,8 +164,9 @@ void forwardStdin(std::shared_ptr<http::WebSocket> ws) {
 
 // The kind behind an error line's "code" ("not_found"), so that the failure gets its usual hint.
 ErrorKind kindOfCode(std::string_view code) {
-  for (ErrorKind k : {ErrorKind::kInvalidArgument, ErrorKind::kNotFound, ErrorKind::kConflict, ErrorKind::kUnauthenticated,
-                      ErrorKind::kResourceExhausted, ErrorKind::kUnsupported, ErrorKind::kInternal}) {
+  for (ErrorKind k :
+       {ErrorKind::kInvalidArgument, ErrorKind::kNotFound, ErrorKind::kConflict, ErrorKind::kUnauthenticated,
+        ErrorKind::kResourceExhausted, ErrorKind::kUnsupported, ErrorKind::kInternal}) {
     if (code == errorKindName(k)) return k;
   }
   return ErrorKind::kUnavailable;
@@ -190,7 +191,8 @@ int runExecSession(Context& ctx, const std::string& id, nlohmann::json body, boo
       if (data.empty() || (data[0] != 1 && data[0] != 2)) return;
       if (ctx.json) {
         // The same events as POST .../exec streams: {"type":"stdout","data":<base64>}.
-        printJson({{"type", data[0] == 1 ? "stdout" : "stderr"}, {"data", http::base64Encode(std::string_view(data).substr(1))}});
+        printJson({{"type", data[0] == 1 ? "stdout" : "stderr"},
+                   {"data", http::base64Encode(std::string_view(data).substr(1))}});
         return;
       }
       if (!writeAll(data[0] == 1 ? STDOUT_FILENO : STDERR_FILENO, std::string_view(data).substr(1))) ws->close();
@@ -247,7 +249,9 @@ int cmdRun(Context& ctx, const CreateOptions& c, const ExecOptions& o) {
 }
 
 int cmdLogs(Context& ctx, const std::string& id, const std::string& proc, bool follow) {
-  auto exit = streamProcess(ctx, "GET", sandboxPath(id) + "/processes/" + http::percentEncode(proc) + "/logs" + (follow ? "?follow=1" : ""), std::nullopt);
+  auto exit = streamProcess(
+      ctx, "GET", sandboxPath(id) + "/processes/" + http::percentEncode(proc) + "/logs" + (follow ? "?follow=1" : ""),
+      std::nullopt);
   if (!exit) return fail(&ctx, exit.error());
   return 0;
 }
@@ -262,8 +266,11 @@ int cmdPs(Context& ctx, const std::string& id) {
   std::vector<std::vector<std::string>> rows;
   for (const auto& p : (*j)["processes"]) {
     std::string argv;
-    for (const auto& a : p.value("argv", nlohmann::json::array())) argv += (argv.empty() ? "" : " ") + a.get<std::string>();
-    std::string status = p.value("running", false) ? "running" : fmt::format("exited ({})", p.contains("exit") ? exitCodeOf(p["exit"]) : -1);
+    for (const auto& a : p.value("argv", nlohmann::json::array()))
+      argv += (argv.empty() ? "" : " ") + a.get<std::string>();
+    std::string status = p.value("running", false)
+                             ? "running"
+                             : fmt::format("exited ({})", p.contains("exit") ? exitCodeOf(p["exit"]) : -1);
     rows.push_back({p.value("id", ""), std::to_string(p.value("pid", 0)), status, argv});
   }
   printTable({"ID", "PID", "STATUS", "COMMAND"}, rows);
@@ -305,7 +312,8 @@ Result<UniqueFd> templateUploadBody(const TemplateBuildOptions& o) {
 int cmdTemplateBuild(Context& ctx, const TemplateBuildOptions& o) {
   int sources = !o.debootstrap.empty() + !o.from_dir.empty() + !o.from_tar.empty() + !o.tar.empty();
   if (sources != 1) {
-    fmt::print(stderr, "space: give exactly one of --debootstrap SUITE, --from-dir DIR, --from-tar FILE, --tar FILE|-\n");
+    fmt::print(stderr,
+               "space: give exactly one of --debootstrap SUITE, --from-dir DIR, --from-tar FILE, --tar FILE|-\n");
     return 2;
   }
   bool upload = !o.tar.empty() || (!ctx.client.endpoint().is_unix && o.debootstrap.empty());
@@ -347,7 +355,9 @@ int cmdTemplateBuild(Context& ctx, const TemplateBuildOptions& o) {
       for (const auto& w : line.value("warnings", nlohmann::json::array()))
         if (w.is_string()) warnings.push_back(w.get<std::string>());
     }
-    if (type == "error") failed = Error{ErrorKind::kInternal, 0, line.value("error", nlohmann::json::object()).value("message", "build failed")};
+    if (type == "error")
+      failed = Error{ErrorKind::kInternal, 0,
+                     line.value("error", nlohmann::json::object()).value("message", "build failed")};
     return ok();
   });
   auto sink = [&](std::string_view d) { return reader.feed(d); };
@@ -361,15 +371,16 @@ int cmdTemplateBuild(Context& ctx, const TemplateBuildOptions& o) {
     uint64_t length = static_cast<uint64_t>(st.st_size - (at > 0 ? at : 0));
     fmt::print(stderr, "uploading {} MiB\n", length >> 20);
     int fd = tar->get();
-    resp = ctx.client.upload("PUT", "/v1/templates/" + http::percentEncode(o.name) + "/archive", length,
-                             [&](char* out, size_t max) -> Result<size_t> {
-                               ssize_t n;
-                               do n = ::read(fd, out, max);
-                               while (n < 0 && errno == EINTR);
-                               if (n < 0) return sysError(errno, "read the tarball");
-                               return static_cast<size_t>(n);
-                             },
-                             sink);
+    resp = ctx.client.upload(
+        "PUT", "/v1/templates/" + http::percentEncode(o.name) + "/archive", length,
+        [&](char* out, size_t max) -> Result<size_t> {
+          ssize_t n;
+          do n = ::read(fd, out, max);
+          while (n < 0 && errno == EINTR);
+          if (n < 0) return sysError(errno, "read the tarball");
+          return static_cast<size_t>(n);
+        },
+        sink);
   } else {
     resp = ctx.client.stream("POST", "/v1/templates", body.dump(), sink);
   }

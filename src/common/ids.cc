@@ -1,13 +1,12 @@
 #include "common/ids.h"
 
-#include "common/hex.h"
-
+#include <fmt/format.h>
 #include <sys/random.h>
 
 #include <chrono>
 #include <ctime>
 
-#include <fmt/format.h>
+#include "common/hex.h"
 
 namespace space {
 

@@ -6,14 +6,22 @@ namespace space {
 
 const char* errorKindName(ErrorKind kind) {
   switch (kind) {
-    case ErrorKind::kInvalidArgument: return "invalid_argument";
-    case ErrorKind::kNotFound: return "not_found";
-    case ErrorKind::kConflict: return "conflict";
-    case ErrorKind::kUnauthenticated: return "unauthenticated";
-    case ErrorKind::kResourceExhausted: return "resource_exhausted";
-    case ErrorKind::kUnsupported: return "unsupported";
-    case ErrorKind::kUnavailable: return "unavailable";
-    case ErrorKind::kInternal: return "internal";
+    case ErrorKind::kInvalidArgument:
+      return "invalid_argument";
+    case ErrorKind::kNotFound:
+      return "not_found";
+    case ErrorKind::kConflict:
+      return "conflict";
+    case ErrorKind::kUnauthenticated:
+      return "unauthenticated";
+    case ErrorKind::kResourceExhausted:
+      return "resource_exhausted";
+    case ErrorKind::kUnsupported:
+      return "unsupported";
+    case ErrorKind::kUnavailable:
+      return "unavailable";
+    case ErrorKind::kInternal:
+      return "internal";
   }
   return "internal";
 }

@@ -2,24 +2,24 @@
 // do about it), the errno where a syscall failed, and a message with the arguments of the failing call.
 #pragma once
 
+#include <fmt/format.h>
+
 #include <cerrno>
 #include <string>
-#include <utility>
-
-#include <fmt/format.h>
 #include <tl/expected.hpp>
+#include <utility>
 
 namespace space {
 
 enum class ErrorKind {
-  kInvalidArgument,   // the caller sent something malformed or out of range (HTTP 400)
-  kNotFound,          // 404
-  kConflict,          // wrong state for the operation (409)
-  kUnauthenticated,   // 401
-  kResourceExhausted, // quota, pool, disk (429 / 507)
-  kUnsupported,       // the runtime cannot do this (501)
-  kUnavailable,       // transient: agent gone, daemon busy (503)
-  kInternal,          // a broken invariant or an unexpected syscall failure (500)
+  kInvalidArgument,    // the caller sent something malformed or out of range (HTTP 400)
+  kNotFound,           // 404
+  kConflict,           // wrong state for the operation (409)
+  kUnauthenticated,    // 401
+  kResourceExhausted,  // quota, pool, disk (429 / 507)
+  kUnsupported,        // the runtime cannot do this (501)
+  kUnavailable,        // transient: agent gone, daemon busy (503)
+  kInternal,           // a broken invariant or an unexpected syscall failure (500)
 };
 
 const char* errorKindName(ErrorKind kind);
@@ -70,16 +70,17 @@ ErrorKind sysErrorKind(int err);
 ErrorKind clientSysErrorKind(int err);
 template <class... Args>
 tl::unexpected<Error> sysError(int err, fmt::format_string<Args...> f, Args&&... args) {
-  return tl::unexpected<Error>(Error{sysErrorKind(err), err,
-                                     fmt::format("{}: {}", fmt::format(f, std::forward<Args>(args)...), describeErrno(err))});
+  return tl::unexpected<Error>(Error{
+      sysErrorKind(err), err, fmt::format("{}: {}", fmt::format(f, std::forward<Args>(args)...), describeErrno(err))});
 }
 // For a syscall on a value the client gave (a path in its sandbox, a file of its own, the directory it
 // asked a template be built from): the errno is the client's to fix, so ENOENT is 404, EEXIST or EISDIR
 // 400, and so on.
 template <class... Args>
 tl::unexpected<Error> clientSysError(int err, fmt::format_string<Args...> f, Args&&... args) {
-  return tl::unexpected<Error>(Error{clientSysErrorKind(err), err,
-                                     fmt::format("{}: {}", fmt::format(f, std::forward<Args>(args)...), describeErrno(err))});
+  return tl::unexpected<Error>(
+      Error{clientSysErrorKind(err), err,
+            fmt::format("{}: {}", fmt::format(f, std::forward<Args>(args)...), describeErrno(err))});
 }
 
 inline Status ok() { return {}; }
@@ -89,18 +90,18 @@ inline Status ok() { return {}; }
 // TRY(expr): evaluate a Result; on error return it from the enclosing function.
 #define SPACE_CONCAT_INNER(a, b) a##b
 #define SPACE_CONCAT(a, b) SPACE_CONCAT_INNER(a, b)
-#define TRY(expr)                                                                      \
-  do {                                                                                 \
-    auto SPACE_CONCAT(try_result_, __LINE__) = (expr);                                 \
-    if (!SPACE_CONCAT(try_result_, __LINE__)) {                                        \
-      return tl::unexpected(std::move(SPACE_CONCAT(try_result_, __LINE__)).error());   \
-    }                                                                                  \
+#define TRY(expr)                                                                    \
+  do {                                                                               \
+    auto SPACE_CONCAT(try_result_, __LINE__) = (expr);                               \
+    if (!SPACE_CONCAT(try_result_, __LINE__)) {                                      \
+      return tl::unexpected(std::move(SPACE_CONCAT(try_result_, __LINE__)).error()); \
+    }                                                                                \
   } while (0)
 
 // ASSIGN_OR_RETURN(auto x, expr): like TRY, and binds the value.
-#define ASSIGN_OR_RETURN(lhs, expr)                                                    \
-  auto SPACE_CONCAT(assign_result_, __LINE__) = (expr);                                \
-  if (!SPACE_CONCAT(assign_result_, __LINE__)) {                                       \
-    return tl::unexpected(std::move(SPACE_CONCAT(assign_result_, __LINE__)).error());  \
-  }                                                                                    \
+#define ASSIGN_OR_RETURN(lhs, expr)                                                   \
+  auto SPACE_CONCAT(assign_result_, __LINE__) = (expr);                               \
+  if (!SPACE_CONCAT(assign_result_, __LINE__)) {                                      \
+    return tl::unexpected(std::move(SPACE_CONCAT(assign_result_, __LINE__)).error()); \
+  }                                                                                   \
   lhs = std::move(*SPACE_CONCAT(assign_result_, __LINE__))

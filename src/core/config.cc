@@ -40,7 +40,8 @@ Status readLimits(const json& j, runtime::Limits& l) {
   for (const auto& [key, v] : j.items()) {
     std::string name = "default_limits." + key;
     if (key == "cpus") {
-      if (!v.is_number() || !(v.get<double>() > 0) || v.get<double>() > 64) return typeError(name, "a number in (0, 64]");
+      if (!v.is_number() || !(v.get<double>() > 0) || v.get<double>() > 64)
+        return typeError(name, "a number in (0, 64]");
       l.cpu_millis = static_cast<uint32_t>(std::lround(v.get<double>() * 1000));
     } else if (key == "memory_mib") {
       uint64_t mib = 0;
@@ -131,7 +132,8 @@ Result<DaemonConfig> DaemonConfig::fromJson(const json& j, DaemonConfig base) {
     } else if (key == "vm_default_memory_mib") {
       TRY(readInt(v, key, c.vm_default_memory_mib, 0, int64_t{1} << 30));
       if (c.vm_default_memory_mib != 0 && c.vm_default_memory_mib < 64)
-        return makeError(ErrorKind::kInvalidArgument, "config: 'vm_default_memory_mib' must be 0 (the default limits) or at least 64");
+        return makeError(ErrorKind::kInvalidArgument,
+                         "config: 'vm_default_memory_mib' must be 0 (the default limits) or at least 64");
     } else if (key == "vm_pool_size") {
       TRY(readInt(v, key, c.vm_pool_size, 0, 1000));
     } else if (key == "egress") {
@@ -164,10 +166,12 @@ Result<DaemonConfig> DaemonConfig::fromJson(const json& j, DaemonConfig base) {
     } else if (key == "egress_seccomp_policy") {
       TRY(readString(v, key, c.egress_seccomp_policy));
     } else if (key == "egress_test_external_subnets") {
-      if (!v.is_array()) return makeError(ErrorKind::kInvalidArgument, "config: {} must be an array of CIDR strings", key);
+      if (!v.is_array())
+        return makeError(ErrorKind::kInvalidArgument, "config: {} must be an array of CIDR strings", key);
       c.egress_test_external_subnets.clear();
       for (const auto& e : v) {
-        if (!e.is_string()) return makeError(ErrorKind::kInvalidArgument, "config: {} must be an array of CIDR strings", key);
+        if (!e.is_string())
+          return makeError(ErrorKind::kInvalidArgument, "config: {} must be an array of CIDR strings", key);
         c.egress_test_external_subnets.push_back(e.get<std::string>());
       }
     } else if (key == "log_level") {
@@ -175,67 +179,72 @@ Result<DaemonConfig> DaemonConfig::fromJson(const json& j, DaemonConfig base) {
       static const char* kLevels[] = {"trace", "debug", "info", "warn", "error", "critical", "off"};
       bool known = false;
       for (const char* l : kLevels) known = known || c.log_level == l;
-      if (!known) return makeError(ErrorKind::kInvalidArgument, "config: log_level '{}' is not one of trace, debug, info, warn, error, critical, off", c.log_level);
+      if (!known)
+        return makeError(ErrorKind::kInvalidArgument,
+                         "config: log_level '{}' is not one of trace, debug, info, warn, error, critical, off",
+                         c.log_level);
     } else {
       return makeError(ErrorKind::kInvalidArgument, "config: unknown key '{}'", key);
     }
   }
   if (c.default_ttl_s > c.max_ttl_s && c.max_ttl_s > 0) {
-    return makeError(ErrorKind::kInvalidArgument, "config: default_ttl_s ({}) exceeds max_ttl_s ({})", c.default_ttl_s, c.max_ttl_s);
+    return makeError(ErrorKind::kInvalidArgument, "config: default_ttl_s ({}) exceeds max_ttl_s ({})", c.default_ttl_s,
+                     c.max_ttl_s);
   }
   return c;
 }
 
 nlohmann::json DaemonConfig::toJson() const {
-  return {{"socket", socket_path},
-          {"listen", listen},
-          {"state_dir", state_dir},
-          {"agent_binary", agent_binary},
-          {"seccomp_policy", seccomp_policy},
-          {"default_template", default_template},
-          {"pool_size", pool_size},
-          {"pool_templates", pool_templates},
-          {"cgroup_parent", cgroup_parent},
-          {"default_limits",
-           {{"cpus", default_limits.cpu_millis / 1000.0},
-            {"memory_mib", default_limits.memory_bytes >> 20},
-            {"pids", default_limits.pids},
-            {"disk_mib", default_limits.disk_bytes >> 20},
-            {"disk_inodes", default_limits.disk_inodes},
-            {"nofile", default_limits.nofile}}},
-          {"default_ttl_s", default_ttl_s},
-          {"max_ttl_s", max_ttl_s},
-          {"max_paused_s", max_paused_s},
-          {"disk_volume_bytes", disk_volume_bytes},
-          {"max_sandboxes", max_sandboxes},
-          {"template_upload_max_mib", template_upload_max_mib},
-          {"log_level", log_level},
-          {"vm_kernel", vm_kernel},
-          {"snapshot_kek", snapshot_kek.empty() ? "" : snapshot_kek.substr(0, snapshot_kek.find(':')) + ":…"},
-          {"snapshot_kek_previous",
-           snapshot_kek_previous.empty() ? "" : snapshot_kek_previous.substr(0, snapshot_kek_previous.find(':')) + ":…"},
-          {"snapshot_tenant", snapshot_tenant},
-          {"vm_initrd", vm_initrd},
-          {"vm_allow_tcg", vm_allow_tcg},
-          {"vm_accel", vm_accel},
-          {"vm_kvm_probe_cache_dir", vm_kvm_probe_cache_dir},
-          {"vm_kvm_node", vm_kvm_node},
-          {"uid_registry_dir", uid_registry_dir},
-          {"vm_kvm_probe_timeout_ms", vm_kvm_probe_timeout_ms},
-          {"vm_pool_size", vm_pool_size},
-          {"vm_default_memory_mib", vm_default_memory_mib},
-          {"egress", egress},
-          {"egress_binary", egress_binary},
-          {"egress_pool", egress_pool},
-          {"egress_transparent_port", egress_transparent_port},
-          {"egress_proxy_port", egress_proxy_port},
-          {"egress_dns_port", egress_dns_port},
-          {"egress_upstream_resolvers", egress_upstream_resolvers},
-          {"egress_upstream_ca_file", egress_upstream_ca_file},
-          {"egress_uid", egress_uid},
-          {"egress_gid", egress_gid},
-          {"egress_seccomp_policy", egress_seccomp_policy},
-          {"egress_test_external_subnets", egress_test_external_subnets}};
+  return {
+      {"socket", socket_path},
+      {"listen", listen},
+      {"state_dir", state_dir},
+      {"agent_binary", agent_binary},
+      {"seccomp_policy", seccomp_policy},
+      {"default_template", default_template},
+      {"pool_size", pool_size},
+      {"pool_templates", pool_templates},
+      {"cgroup_parent", cgroup_parent},
+      {"default_limits",
+       {{"cpus", default_limits.cpu_millis / 1000.0},
+        {"memory_mib", default_limits.memory_bytes >> 20},
+        {"pids", default_limits.pids},
+        {"disk_mib", default_limits.disk_bytes >> 20},
+        {"disk_inodes", default_limits.disk_inodes},
+        {"nofile", default_limits.nofile}}},
+      {"default_ttl_s", default_ttl_s},
+      {"max_ttl_s", max_ttl_s},
+      {"max_paused_s", max_paused_s},
+      {"disk_volume_bytes", disk_volume_bytes},
+      {"max_sandboxes", max_sandboxes},
+      {"template_upload_max_mib", template_upload_max_mib},
+      {"log_level", log_level},
+      {"vm_kernel", vm_kernel},
+      {"snapshot_kek", snapshot_kek.empty() ? "" : snapshot_kek.substr(0, snapshot_kek.find(':')) + ":…"},
+      {"snapshot_kek_previous",
+       snapshot_kek_previous.empty() ? "" : snapshot_kek_previous.substr(0, snapshot_kek_previous.find(':')) + ":…"},
+      {"snapshot_tenant", snapshot_tenant},
+      {"vm_initrd", vm_initrd},
+      {"vm_allow_tcg", vm_allow_tcg},
+      {"vm_accel", vm_accel},
+      {"vm_kvm_probe_cache_dir", vm_kvm_probe_cache_dir},
+      {"vm_kvm_node", vm_kvm_node},
+      {"uid_registry_dir", uid_registry_dir},
+      {"vm_kvm_probe_timeout_ms", vm_kvm_probe_timeout_ms},
+      {"vm_pool_size", vm_pool_size},
+      {"vm_default_memory_mib", vm_default_memory_mib},
+      {"egress", egress},
+      {"egress_binary", egress_binary},
+      {"egress_pool", egress_pool},
+      {"egress_transparent_port", egress_transparent_port},
+      {"egress_proxy_port", egress_proxy_port},
+      {"egress_dns_port", egress_dns_port},
+      {"egress_upstream_resolvers", egress_upstream_resolvers},
+      {"egress_upstream_ca_file", egress_upstream_ca_file},
+      {"egress_uid", egress_uid},
+      {"egress_gid", egress_gid},
+      {"egress_seccomp_policy", egress_seccomp_policy},
+      {"egress_test_external_subnets", egress_test_external_subnets}};
 }
 
 }  // namespace space::core

@@ -2,10 +2,9 @@
 #pragma once
 
 #include <cstdint>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "common/result.h"
 #include "runtime/runtime.h"
@@ -17,15 +16,15 @@ inline constexpr uint32_t kDefaultEgressUid = 0x0fff0000;
 
 struct DaemonConfig {
   std::string socket_path = "/run/space/spaced.sock";
-  std::string listen;                      // "HOST:PORT"; empty = no TCP listener
+  std::string listen;  // "HOST:PORT"; empty = no TCP listener
   std::string state_dir = "/var/lib/space";
-  std::string agent_binary;                // default: space-agent next to spaced
-  std::string seccomp_policy;              // default: policies/seccomp/default.json next to the install
+  std::string agent_binary;    // default: space-agent next to spaced
+  std::string seccomp_policy;  // default: policies/seccomp/default.json next to the install
   std::string default_template = "python";
-  int pool_size = 4;                       // pre-started sandboxes per template
-  std::string pool_templates;              // comma-separated; empty = default template only
+  int pool_size = 4;           // pre-started sandboxes per template
+  std::string pool_templates;  // comma-separated; empty = default template only
   runtime::Limits default_limits;
-  int64_t default_ttl_s = 0;               // 0 = no TTL unless asked
+  int64_t default_ttl_s = 0;  // 0 = no TTL unless asked
   int64_t max_ttl_s = 7 * 24 * 3600;
   // A paused sandbox's TTL stands still (core/ttl.h); this bounds how long it may stay paused. 0 = forever.
   int64_t max_paused_s = 30 * 24 * 3600;
@@ -34,7 +33,7 @@ struct DaemonConfig {
   // The largest template tree a client may upload (PUT /v1/templates/{name}/archive): its content, data
   // plus 512 bytes a member, uncompressed. Bigger uploads get 413.
   uint64_t template_upload_max_mib = 4096;
-  std::string cgroup_parent = "space";     // sandboxes' cgroups live in <hierarchy>/<cgroup_parent>/<id>
+  std::string cgroup_parent = "space";  // sandboxes' cgroups live in <hierarchy>/<cgroup_parent>/<id>
   std::string log_level = "info";
   // The vm tier. Enabled when the guest artifacts exist (scripts/vm/build-guest) and QEMU runs; `auto`
   // isolation picks it only where KVM is proven (vm_accel).
@@ -47,27 +46,27 @@ struct DaemonConfig {
   std::string snapshot_kek_previous;
   std::string snapshot_tenant = "default";
   std::string vm_initrd = "/var/cache/space/vm/initramfs.cpio";
-  bool vm_allow_tcg = true;                // false: KVM or no vm tier (no software emulation)
+  bool vm_allow_tcg = true;  // false: KVM or no vm tier (no software emulation)
   // "auto": KVM where a probe VM proves it runs the guest, else TCG (when allowed); "kvm": the probe must
   // succeed or spaced does not start; "tcg": emulation only, KVM never tried.
   std::string vm_accel = "auto";
   std::string vm_kvm_probe_cache_dir = "/run/space/kvm-probe";  // host-wide probe verdicts (a tmpfs)
-  std::string uid_registry_dir = "/run/space/uid-blocks";  // host-wide claims of sandbox uid ranges
-  std::string vm_kvm_node = "/dev/kvm";    // the KVM device spaced checks (config file only: tests move it)
+  std::string uid_registry_dir = "/run/space/uid-blocks";       // host-wide claims of sandbox uid ranges
+  std::string vm_kvm_node = "/dev/kvm";     // the KVM device spaced checks (config file only: tests move it)
   int64_t vm_kvm_probe_timeout_ms = 20000;  // how long the probe VM has to reach its agent under KVM
-  int vm_pool_size = 2;                    // pooled VMs per pooled template (restored and stopped)
-  uint64_t vm_default_memory_mib = 0;      // guest RAM of a VM when create gives none (0: default_limits)
+  int vm_pool_size = 2;                     // pooled VMs per pooled template (restored and stopped)
+  uint64_t vm_default_memory_mib = 0;       // guest RAM of a VM when create gives none (0: default_limits)
   // The egress gateway (docs/egress.md). "auto": on when space-egress is found and nftables works, with a
   // log line saying which; "on": required (start-up fails without it); "off": jail sandboxes keep a
   // netns with only lo.
   std::string egress = "auto";
-  std::string egress_binary;               // default: space-egress next to spaced
+  std::string egress_binary;                  // default: space-egress next to spaced
   std::string egress_pool = "10.200.0.0/16";  // sandbox /30s are cut from it
   uint16_t egress_transparent_port = 15001;
   uint16_t egress_proxy_port = 15002;
   uint16_t egress_dns_port = 15053;
-  std::string egress_upstream_resolvers;   // "1.1.1.1,9.9.9.9:53"; empty: the host's resolv.conf
-  std::string egress_upstream_ca_file;     // CAs upstream certificates must chain to; empty: the system's
+  std::string egress_upstream_resolvers;  // "1.1.1.1,9.9.9.9:53"; empty: the host's resolv.conf
+  std::string egress_upstream_ca_file;    // CAs upstream certificates must chain to; empty: the system's
   // The gateway's own host identity (SECURITY.md E18): below the sandbox uid blocks (uid_blocks.h), far above
   // regular accounts; one per host (there is one gateway per host). Never 0.
   uint32_t egress_uid = kDefaultEgressUid;

@@ -12,8 +12,10 @@ Result<nlohmann::json> Manager::drain(bool delete_sandboxes) {
   std::vector<Started> pooled = pool_.drain();
   size_t pool_removed = 0;
   for (auto& s : pooled) {
-    if (auto st = destroyRecord(s.record); st) ++pool_removed;
-    else spdlog::warn("drain: delete pooled sandbox {}: {}", s.record.id, st.error().message);
+    if (auto st = destroyRecord(s.record); st)
+      ++pool_removed;
+    else
+      spdlog::warn("drain: delete pooled sandbox {}: {}", s.record.id, st.error().message);
   }
   // Pooled rows a reconcile adopted without a place in the pool (or that an earlier drain left).
   store::SandboxFilter all;
@@ -24,9 +26,12 @@ Result<nlohmann::json> Manager::drain(bool delete_sandboxes) {
   for (auto& rec : rows) {
     if (!rec.pooled && !delete_sandboxes) continue;
     auto st = destroyRecord(rec);
-    if (st && rec.pooled) ++pool_removed;
-    else if (st) ++removed;
-    else failed.push_back(rec.id + ": " + st.error().message);
+    if (st && rec.pooled)
+      ++pool_removed;
+    else if (st)
+      ++removed;
+    else
+      failed.push_back(rec.id + ": " + st.error().message);
   }
   ASSIGN_OR_RETURN(auto left, store_->listSandboxes(store::SandboxFilter{}));
   nlohmann::json out = {{"draining", true},

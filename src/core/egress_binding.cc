@@ -1,12 +1,13 @@
 // The manager's side of the egress gateway (core/egress_binding.h).
-#include <fstream>
-#include <thread>
+#include "core/egress_binding.h"
 
 #include <spdlog/spdlog.h>
 
+#include <fstream>
+#include <thread>
+
 #include "common/ids.h"
 #include "core/lifecycle.h"
-#include "core/egress_binding.h"
 #include "egress/names.h"
 #include "egress/policy.h"
 #include "egress/secrets.h"
@@ -52,7 +53,8 @@ std::string newPlaceholder() { return "space_ph_" + randomHex(16); }
 
 bool validEnvName(const std::string& k) {
   bool valid = !k.empty() && k.size() <= 64 && !(k[0] >= '0' && k[0] <= '9');
-  for (char c : k) valid = valid && ((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_');
+  for (char c : k)
+    valid = valid && ((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_');
   return valid;
 }
 
@@ -81,11 +83,15 @@ Status EgressBinding::checkRequest(const CreateSandbox& cmd, const std::string& 
   bool wants = cmd.network.has_value() || !cmd.secrets.empty();
   if (!wants) return ok();
   if (!egress_)
-    return makeError(ErrorKind::kUnsupported, "sandboxes of this node have no network, so network policies and secrets "
-                     "cannot apply: {}", offMessage());
+    return makeError(ErrorKind::kUnsupported,
+                     "sandboxes of this node have no network, so network policies and secrets "
+                     "cannot apply: {}",
+                     offMessage());
   if (!ctx_.runtimeFor(isolation).capabilities().networked)
-    return makeError(ErrorKind::kUnsupported, "the {} tier of this node has no network: egress came up after it, or "
-                     "without the address pool (restart spaced with egress on)", isolation);
+    return makeError(ErrorKind::kUnsupported,
+                     "the {} tier of this node has no network: egress came up after it, or "
+                     "without the address pool (restart spaced with egress on)",
+                     isolation);
   return ok();
 }
 
@@ -115,7 +121,10 @@ Result<json> EgressBinding::secretBindings(const json& bound) {
     }
     ASSIGN_OR_RETURN(store::SecretBox * box, secretBox());
     ASSIGN_OR_RETURN(std::string value, box->unseal(rec->sealed_value, name));
-    json s = {{"name", name}, {"placeholder", b.value("placeholder", "")}, {"value", value}, {"hosts", rec->hosts},
+    json s = {{"name", name},
+              {"placeholder", b.value("placeholder", "")},
+              {"value", value},
+              {"hosts", rec->hosts},
               {"header", rec->header}};
     if (!rec->format.empty()) s["format"] = rec->format;
     if (!rec->methods.empty()) s["methods"] = rec->methods;
@@ -140,7 +149,8 @@ Result<json> EgressBinding::registration(const store::SandboxRecord& rec) {
   return reg;
 }
 
-Result<std::map<std::string, std::string>> EgressBinding::handOver(store::SandboxRecord& rec, const CreateSandbox& cmd) {
+Result<std::map<std::string, std::string>> EgressBinding::handOver(store::SandboxRecord& rec,
+                                                                   const CreateSandbox& cmd) {
   json& e = rec.spec["egress"];
   std::map<std::string, std::string> env;
   std::string bundle = e.value("ca_bundle", std::string(kCaFile));
@@ -226,7 +236,8 @@ Result<json> EgressBinding::setNetwork(const std::string& id, const json& policy
   return getNetwork(id);
 }
 
-Status EgressBinding::streamNetLog(const std::string& id, bool follow, const std::function<bool(const std::string&)>& sink) {
+Status EgressBinding::streamNetLog(const std::string& id, bool follow,
+                                   const std::function<bool(const std::string&)>& sink) {
   ASSIGN_OR_RETURN(store::SandboxRecord rec, ctx_.store.getSandbox(id));
   if (rec.pooled) return notFoundError("sandbox", "sandbox {} not found", id);
   if (!egress_) return makeError(ErrorKind::kUnsupported, "no audit log: {}", offMessage());
@@ -253,10 +264,13 @@ Status EgressBinding::streamNetLog(const std::string& id, bool follow, const std
 
 Result<store::SecretRecord> EgressBinding::setSecret(const SetSecret& cmd) {
   if (!validEnvName(cmd.name))
-    return makeError(ErrorKind::kInvalidArgument, "secret name '{}' must match [A-Za-z_][A-Za-z0-9_]* (at most 64): "
-                     "it becomes the sandbox's environment variable", cmd.name.substr(0, 64));
+    return makeError(ErrorKind::kInvalidArgument,
+                     "secret name '{}' must match [A-Za-z_][A-Za-z0-9_]* (at most 64): "
+                     "it becomes the sandbox's environment variable",
+                     cmd.name.substr(0, 64));
   if (cmd.value.empty()) return makeError(ErrorKind::kInvalidArgument, "secret value is empty");
-  if (cmd.hosts.empty()) return makeError(ErrorKind::kInvalidArgument, "a secret needs at least one host it is bound to");
+  if (cmd.hosts.empty())
+    return makeError(ErrorKind::kInvalidArgument, "a secret needs at least one host it is bound to");
   egress::SecretBinding probe;
   probe.name = cmd.name;
   probe.placeholder = newPlaceholder();
@@ -273,7 +287,8 @@ Result<store::SecretRecord> EgressBinding::setSecret(const SetSecret& cmd) {
   rec.path_prefixes = cmd.path_prefixes;
   for (const auto& h : cmd.hosts) {
     auto normal = egress::normalizePattern(h);
-    if (!normal) return makeError(ErrorKind::kInvalidArgument, "host '{}': {}", h.substr(0, 255), normal.error().message);
+    if (!normal)
+      return makeError(ErrorKind::kInvalidArgument, "host '{}': {}", h.substr(0, 255), normal.error().message);
     probe.hosts.push_back(*normal);
     rec.hosts.push_back(*normal);
   }

@@ -306,7 +306,8 @@ Result<json> EgressSupervisor::call(const json& request) {
   auto line = roundTrip(control_socket_, request.dump());
   if (!line) return makeError(ErrorKind::kUnavailable, "space-egress: {}", line.error().message);
   auto reply = json::parse(*line, nullptr, false);
-  if (reply.is_discarded() || !reply.is_object()) return makeError(ErrorKind::kInternal, "space-egress: malformed reply");
+  if (reply.is_discarded() || !reply.is_object())
+    return makeError(ErrorKind::kInternal, "space-egress: malformed reply");
   if (!reply.value("ok", false)) {
     const auto& e = reply.contains("error") ? reply["error"] : json::object();
     return makeError(kindOf(e.value("kind", "")), "space-egress: {}", e.value("message", std::string("error")));

@@ -9,12 +9,11 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <thread>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "common/result.h"
 #include "net/nftables.h"
@@ -25,7 +24,7 @@ struct EgressSettings {
   std::string binary;     // space-egress
   std::string state_dir;  // its files live in <state_dir>/egress/
   net::EgressPorts ports;
-  std::string pool;       // the sandbox address pool (lateral as a whole for the gateway)
+  std::string pool;  // the sandbox address pool (lateral as a whole for the gateway)
   std::string upstream_resolvers;
   std::string upstream_ca_file;
   std::vector<std::string> test_external_subnets;  // DANGER, tests only (config.h)

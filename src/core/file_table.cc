@@ -1,9 +1,9 @@
 #include "core/file_table.h"
 
+#include <spdlog/spdlog.h>
+
 #include <algorithm>
 #include <cstdio>
-
-#include <spdlog/spdlog.h>
 
 namespace space::core {
 
@@ -38,9 +38,10 @@ void ensureFileTable(const DaemonConfig& config) {
                  need, config.max_sandboxes, pids, config.default_limits.nofile, kHostFileReserve);
     return;
   }
-  spdlog::warn("fs.file-max is {}, but {} sandboxes × {} pids × {} files need {}: a few sandboxes could exhaust the "
-               "host's file table. Set sysctl fs.file-max={} or lower max_sandboxes, the default pids or nofile",
-               current, config.max_sandboxes, pids, config.default_limits.nofile, need, need);
+  spdlog::warn(
+      "fs.file-max is {}, but {} sandboxes × {} pids × {} files need {}: a few sandboxes could exhaust the "
+      "host's file table. Set sysctl fs.file-max={} or lower max_sandboxes, the default pids or nofile",
+      current, config.max_sandboxes, pids, config.default_limits.nofile, need, need);
 }
 
 }  // namespace space::core

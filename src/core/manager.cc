@@ -1,14 +1,12 @@
-#include "core/manager_impl.h"
-
+#include <spdlog/spdlog.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <random>
 
-#include <spdlog/spdlog.h>
-
 #include "common/ids.h"
 #include "core/file_table.h"
+#include "core/manager_impl.h"
 #include "core/ttl.h"
 
 namespace space::core {
@@ -42,7 +40,8 @@ runtime::Runtime& Manager::runtimeFor(const std::string& name) const { return ct
 
 Result<runtime::Runtime*> Manager::availableTier(const std::string& name) const {
   std::string why = runtimes_.unavailableReason(name);
-  if (!why.empty()) return makeError(ErrorKind::kUnavailable, "the {} tier is not available on this node: {}", name, why);
+  if (!why.empty())
+    return makeError(ErrorKind::kUnavailable, "the {} tier is not available on this node: {}", name, why);
   return runtimes_.find(name);
 }
 
@@ -67,14 +66,13 @@ nlohmann::json Manager::isolationInfo() {
   return info;
 }
 
-nlohmann::json Manager::egressInfo() const {
-  return egress_.info();
-}
+nlohmann::json Manager::egressInfo() const { return egress_.info(); }
 
 runtime::Limits Manager::defaultLimits(const std::string& isolation) const {
   runtime::Limits limits = config_.default_limits;
   // One set of defaults for both tiers; an operator may give VMs a default guest RAM of their own.
-  if (isolation == "vm" && config_.vm_default_memory_mib != 0) limits.memory_bytes = config_.vm_default_memory_mib * kMiB;
+  if (isolation == "vm" && config_.vm_default_memory_mib != 0)
+    limits.memory_bytes = config_.vm_default_memory_mib * kMiB;
   return limits;
 }
 
@@ -88,8 +86,7 @@ Result<runtime::Limits> Manager::resolveLimits(const CreateSandbox& cmd, const s
     limits.cpu_millis = *cmd.cpu_millis;
   }
   if (cmd.memory_bytes) {
-    if (*cmd.memory_bytes < 16 * kMiB)
-      return makeError(ErrorKind::kInvalidArgument, "memory must be at least 16 MiB");
+    if (*cmd.memory_bytes < 16 * kMiB) return makeError(ErrorKind::kInvalidArgument, "memory must be at least 16 MiB");
     if (host_memory && *cmd.memory_bytes > host_memory)
       return makeError(ErrorKind::kInvalidArgument, "memory of {} MiB exceeds this host's {} MiB",
                        *cmd.memory_bytes / kMiB, host_memory / kMiB);
@@ -100,7 +97,8 @@ Result<runtime::Limits> Manager::resolveLimits(const CreateSandbox& cmd, const s
       return makeError(ErrorKind::kInvalidArgument, "pids must be between 8 and 4194304");
     limits.pids = *cmd.pids;
     // Every process may hold nofile descriptors: a sandbox's share of the host's file table (J26).
-    uint64_t file_max = runtimeFor(isolation).capabilities().own_kernel ? 0 : hostFileMax();  // a guest's files are its own kernel's
+    uint64_t file_max =
+        runtimeFor(isolation).capabilities().own_kernel ? 0 : hostFileMax();  // a guest's files are its own kernel's
     if (file_max > kHostFileReserve) {
       uint64_t share = (file_max - kHostFileReserve) / static_cast<uint64_t>(std::max(config_.max_sandboxes, 1));
       if (uint64_t{limits.pids} * limits.nofile > share)
@@ -135,9 +133,8 @@ runtime::SandboxSpec Manager::specFor(const store::SandboxRecord& rec, const sto
 }
 
 Result<Started> Manager::startSandbox(const store::TemplateRecord& tpl, const runtime::Limits& limits,
-                                               const std::map<std::string, std::string>& env, bool pooled,
-                                               const std::string& isolation, bool cold_boot,
-                                               const runtime::SnapshotRef* from) {
+                                      const std::map<std::string, std::string>& env, bool pooled,
+                                      const std::string& isolation, bool cold_boot, const runtime::SnapshotRef* from) {
   store::SandboxRecord rec;
   rec.id = newSandboxId();
   rec.template_name = tpl.name;
@@ -159,7 +156,8 @@ Result<Started> Manager::startSandbox(const store::TemplateRecord& tpl, const ru
     std::lock_guard lock(slot_mu_);
     ASSIGN_OR_RETURN(int slot, store_->freeUidSlot());
     if (slot < 0 || static_cast<uint32_t>(slot) >= kSlotsPerBlock)
-      return makeError(ErrorKind::kResourceExhausted, "no free uid range for another sandbox ({} per node)", kSlotsPerBlock);
+      return makeError(ErrorKind::kResourceExhausted, "no free uid range for another sandbox ({} per node)",
+                       kSlotsPerBlock);
     rec.uid_slot = slot;
     TRY(store_->insertSandbox(rec));
   }
@@ -238,7 +236,8 @@ Status Manager::handOver(Started& started, const std::map<std::string, std::stri
 }
 
 Result<SandboxView> Manager::create(const CreateSandbox& cmd) {
-  if (draining_) return makeError(ErrorKind::kUnavailable, "this node is draining: it takes no new sandboxes until spaced restarts");
+  if (draining_)
+    return makeError(ErrorKind::kUnavailable, "this node is draining: it takes no new sandboxes until spaced restarts");
   std::string template_name = cmd.template_name.empty() ? config_.default_template : cmd.template_name;
   ASSIGN_OR_RETURN(std::string isolation, resolveIsolation(cmd.isolation));
   if (cmd.ttl_s < 0 || cmd.ttl_s > config_.max_ttl_s)
@@ -250,8 +249,10 @@ Result<SandboxView> Manager::create(const CreateSandbox& cmd) {
   auto tpl = store_->getTemplate(template_name);
   if (!tpl) {
     if (tpl.error().kind == ErrorKind::kNotFound)
-      return notFoundError("template", "template '{}' not found; build it with `space template build {} …` "
-                       "or list templates with `space template ls`", template_name, template_name);
+      return notFoundError("template",
+                           "template '{}' not found; build it with `space template build {} …` "
+                           "or list templates with `space template ls`",
+                           template_name, template_name);
     return tl::unexpected(tpl.error());
   }
   {
@@ -262,7 +263,8 @@ Result<SandboxView> Manager::create(const CreateSandbox& cmd) {
   }
 
   std::optional<Started> started;
-  if (pool_.serves(cmd, template_name) && !cmd.cold_boot) started = pool_.take(PoolService::key(isolation, template_name));
+  if (pool_.serves(cmd, template_name) && !cmd.cold_boot)
+    started = pool_.take(PoolService::key(isolation, template_name));
   if (started) {
     counters_.creates_pool++;
   } else {

@@ -7,11 +7,10 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "agent/client/agent_client.h"
 #include "common/result.h"
@@ -21,20 +20,20 @@
 namespace space::core {
 
 struct CreateSandbox {
-  std::string template_name;                    // empty = the daemon's default template
-  std::string isolation = "auto";               // "jail" | "vm" | "auto"
-  std::optional<uint32_t> cpu_millis;           // unset = daemon default
+  std::string template_name;           // empty = the daemon's default template
+  std::string isolation = "auto";      // "jail" | "vm" | "auto"
+  std::optional<uint32_t> cpu_millis;  // unset = daemon default
   std::optional<uint64_t> memory_bytes;
   std::optional<uint32_t> pids;
   std::optional<uint64_t> disk_bytes;
   std::map<std::string, std::string> env;
   std::map<std::string, std::string> labels;
-  int64_t ttl_s = 0;                            // 0 = daemon default (which may be none)
-  int64_t idle_pause_s = 0;                     // pause after this long without an API call; 0 = never
-  std::optional<nlohmann::json> history;        // rolling snapshots (core/retention.h HistoryPolicy), validated
-  bool cold_boot = false;                       // vm: boot the kernel instead of restoring the template's snapshot
-  std::optional<nlohmann::json> network;        // egress policy (validated, normalised); unset = deny-all
-  std::vector<std::string> secrets;             // names of stored secrets the sandbox gets placeholders for
+  int64_t ttl_s = 0;                      // 0 = daemon default (which may be none)
+  int64_t idle_pause_s = 0;               // pause after this long without an API call; 0 = never
+  std::optional<nlohmann::json> history;  // rolling snapshots (core/retention.h HistoryPolicy), validated
+  bool cold_boot = false;                 // vm: boot the kernel instead of restoring the template's snapshot
+  std::optional<nlohmann::json> network;  // egress policy (validated, normalised); unset = deny-all
+  std::vector<std::string> secrets;       // names of stored secrets the sandbox gets placeholders for
   // Told what the create does that takes long (a first VM of a template warms it); unset: nobody asked.
   std::function<void(const std::string& line)> progress;
 };
@@ -53,7 +52,7 @@ struct SetSecret {
 struct SandboxView {
   store::SandboxRecord record;
   runtime::Capabilities capabilities;
-  std::optional<runtime::Usage> usage;          // filled by get(), not by list()
+  std::optional<runtime::Usage> usage;  // filled by get(), not by list()
   nlohmann::json toJson() const;
 };
 
@@ -64,12 +63,12 @@ struct ListSandboxes {
 
 struct BuildTemplate {
   std::string name;
-  std::string kind;                             // "debootstrap" | "dir" | "tar" | "upload" (API only)
-  std::string suite = "bookworm";               // debootstrap
+  std::string kind;                // "debootstrap" | "dir" | "tar" | "upload" (API only)
+  std::string suite = "bookworm";  // debootstrap
   std::string variant = "minbase";
-  std::vector<std::string> packages;            // debootstrap
-  std::string mirror;                           // debootstrap; empty = Debian's default
-  std::string path;                             // dir / tar: a path on the daemon's host; upload: its spool
+  std::vector<std::string> packages;  // debootstrap
+  std::string mirror;                 // debootstrap; empty = Debian's default
+  std::string path;                   // dir / tar: a path on the daemon's host; upload: its spool
 };
 
 using ProgressFn = std::function<void(const std::string& line)>;
@@ -78,17 +77,17 @@ using ProgressFn = std::function<void(const std::string& line)>;
 // generators are copies (docs/snapshots.md "Generations", docs/decisions/0010-generation-signal.md).
 // Whatever it is, the guest's generation (/run/space/generation) changes first.
 struct AfterRestore {
-  std::string processes = "signal";             // "signal" | "kill" | "none"
-  int signal = SIGURG;                          // for "signal": ignored by default, so harmless unasked
+  std::string processes = "signal";  // "signal" | "kill" | "none"
+  int signal = SIGURG;               // for "signal": ignored by default, so harmless unasked
 };
 
 // POST /v1/sandboxes/{id}/fork
 struct ForkSandbox {
   std::string id;
   int count = 1;
-  std::string snapshot;                         // id or name; empty = a snapshot taken now
-  AfterRestore after_restore;                   // in each child
-  std::optional<int64_t> ttl_s;                 // each child's TTL from its fork; unset: the parent's ttl_s
+  std::string snapshot;          // id or name; empty = a snapshot taken now
+  AfterRestore after_restore;    // in each child
+  std::optional<int64_t> ttl_s;  // each child's TTL from its fork; unset: the parent's ttl_s
 };
 
 // POST /v1/sandboxes/{id}/ttl: exactly one of the two.
@@ -99,7 +98,7 @@ struct SetTtl {
 
 // POST /v1/sandboxes/{id}/rollback
 struct RollbackSandbox {
-  std::string snapshot;                         // id or name
+  std::string snapshot;  // id or name
   AfterRestore after_restore;
 };
 
@@ -133,7 +132,9 @@ class SandboxManager {
   virtual Result<store::SnapshotRecord> snapshot(const std::string& id, const std::string& name) {
     return unsupportedOp("snapshots");
   }
-  virtual Result<std::vector<store::SnapshotRecord>> listSnapshots(const std::string& id) { return unsupportedOp("snapshots"); }
+  virtual Result<std::vector<store::SnapshotRecord>> listSnapshots(const std::string& id) {
+    return unsupportedOp("snapshots");
+  }
   virtual Result<store::SnapshotRecord> getSnapshot(const std::string& snapshot) { return unsupportedOp("snapshots"); }
   virtual Status deleteSnapshot(const std::string& snapshot) { return unsupportedOp("snapshots"); }
   virtual Result<SandboxView> rollback(const std::string& id, const std::string& snapshot,

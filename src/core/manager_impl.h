@@ -19,19 +19,18 @@
 #include "core/egress_binding.h"
 #include "core/egress_supervisor.h"
 #include "core/lifecycle.h"
+#include "core/manager.h"
 #include "core/pool_service.h"
 #include "core/retention.h"
 #include "core/snapshot_archives.h"
-#include "core/manager.h"
+#include "core/uid_blocks.h"
 #include "runtime/registry.h"
 #include "runtime/runtime.h"
 #include "store/secret_box.h"
 #include "store/store.h"
 #include "store/templates.h"
-#include "core/uid_blocks.h"
 
 namespace space::core {
-
 
 struct Counters {
   std::atomic<uint64_t> creates_pool{0};
@@ -76,7 +75,9 @@ class Manager final : public SandboxManager {
                                const AfterRestore& after = {}) override;
   Result<ForkResult> fork(const ForkSandbox& cmd) override;
   // Archives: SnapshotArchives'.
-  Result<std::string> exportSnapshot(const std::string& snapshot) override { return archives_.exportSnapshot(snapshot); }
+  Result<std::string> exportSnapshot(const std::string& snapshot) override {
+    return archives_.exportSnapshot(snapshot);
+  }
   Result<store::SnapshotRecord> importSnapshot(const std::string& id, const std::string& archive_path) override {
     return archives_.importSnapshot(id, archive_path);
   }
@@ -96,7 +97,8 @@ class Manager final : public SandboxManager {
   Result<nlohmann::json> setNetwork(const std::string& id, const nlohmann::json& policy) override {
     return egress_.setNetwork(id, policy);
   }
-  Status streamNetLog(const std::string& id, bool follow, const std::function<bool(const std::string&)>& sink) override {
+  Status streamNetLog(const std::string& id, bool follow,
+                      const std::function<bool(const std::string&)>& sink) override {
     return egress_.streamNetLog(id, follow, sink);
   }
   Result<store::SecretRecord> setSecret(const SetSecret& cmd) override { return egress_.setSecret(cmd); }
@@ -115,9 +117,8 @@ class Manager final : public SandboxManager {
   // Starts (pooled: only prepares) a sandbox of the template on `isolation`.
   // from: a snapshot the sandbox starts from (a fork), instead of the template's fresh state.
   Result<Started> startSandbox(const store::TemplateRecord& tpl, const runtime::Limits& limits,
-                               const std::map<std::string, std::string>& env, bool pooled,
-                               const std::string& isolation, bool cold_boot = false,
-                               const runtime::SnapshotRef* from = nullptr);
+                               const std::map<std::string, std::string>& env, bool pooled, const std::string& isolation,
+                               bool cold_boot = false, const runtime::SnapshotRef* from = nullptr);
   // The rest of a create once a sandbox is started or taken from the pool: egress, identity, the row.
   // restored: set for a fork child, whose processes continue the parent's memory.
   Result<SandboxView> completeCreate(Started& started, const CreateSandbox& cmd,
@@ -228,7 +229,7 @@ class Manager final : public SandboxManager {
   std::set<std::string> busy_ SPACE_GUARDED_BY(mu_);
   // Last API use per sandbox (auto-pause), in unix ms.
   std::map<std::string, int64_t> last_used_ SPACE_GUARDED_BY(mu_);
-  std::mutex slot_mu_;                             // serialises uid slot choice with the row insert
+  std::mutex slot_mu_;  // serialises uid slot choice with the row insert
   std::atomic<bool> stopping_{false};
   std::atomic<bool> draining_{false};
   PoolService pool_{ctx_, poolHooks()};

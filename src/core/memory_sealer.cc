@@ -32,7 +32,6 @@ class StoredKeyKek final : public archive::Kek {
   archive::DataKey key_;
 };
 
-
 class KekMemorySealer : public runtime::MemorySealer {
  public:
   KekMemorySealer(std::string kek_spec, std::string keys_dir, std::string tenant)
@@ -74,7 +73,7 @@ std::unique_ptr<archive::Kek> kekOpening(const std::string& archive_path, std::u
 }
 
 std::shared_ptr<runtime::MemorySealer> makeMemorySealer(const std::string& kek_spec, const std::string& keys_dir,
-                                                  const std::string& tenant) {
+                                                        const std::string& tenant) {
   if (kek_spec.empty()) return nullptr;
   return std::make_shared<KekMemorySealer>(kek_spec, keys_dir, tenant);
 }

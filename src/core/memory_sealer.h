@@ -15,7 +15,7 @@ namespace space::core {
 // Null when kek_spec is empty (no key configured). The KEK is resolved on each use, so a key file or
 // command that changes (rotation) is followed.
 std::shared_ptr<runtime::MemorySealer> makeMemorySealer(const std::string& kek_spec, const std::string& keys_dir,
-                                                  const std::string& tenant);
+                                                        const std::string& tenant);
 
 // The KEK that opens an archive or sealed file: `current`, or — when the file names only KEKs rotated away
 // since and its data key is the tenant's, held in keys_dir under `current` — a stand-in that yields that

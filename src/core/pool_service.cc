@@ -1,9 +1,9 @@
 // The pool of pre-started sandboxes (core/pool_service.h).
 #include "core/pool_service.h"
 
-#include <sstream>
-
 #include <spdlog/spdlog.h>
+
+#include <sstream>
 
 #include "common/ids.h"
 
@@ -89,7 +89,9 @@ std::map<std::string, size_t> PoolService::readyCounts() {
   return out;
 }
 
-void PoolService::startFilling() { thread_ = std::thread([this] { fillLoop(); }); }
+void PoolService::startFilling() {
+  thread_ = std::thread([this] { fillLoop(); });
+}
 
 std::unique_lock<std::mutex> PoolService::stop() {
   stopping_ = true;

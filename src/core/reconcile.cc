@@ -1,8 +1,8 @@
 // Start-up reconciliation (the database against what really exists in the kernel) and the reaper
 // (TTL expiry, sandboxes whose agent died).
-#include <filesystem>
-
 #include <spdlog/spdlog.h>
+
+#include <filesystem>
 
 #include "common/ids.h"
 #include "core/manager_impl.h"
@@ -123,7 +123,8 @@ void Manager::forgetUnknown(const std::set<std::string>& known_ids) {
   // Unreadable rows: nothing is removed rather than everything.
   if (!left || !snapshots) return;
   for (const auto& rec : *left)
-    if (auto network = runtimeFor(rec.runtime).network({rec.id, rec.runtime, rec.persisted}); network && !network->link.empty())
+    if (auto network = runtimeFor(rec.runtime).network({rec.id, rec.runtime, rec.persisted});
+        network && !network->link.empty())
       known.links.insert(network->link);
   for (const auto& s : *snapshots) known.snapshots.insert(std::filesystem::path(s.path).filename().string());
   for (runtime::Runtime* rt : runtimes_.all()) rt->forgetUnknown(known);

@@ -29,7 +29,8 @@ Result<HistoryPolicy> HistoryPolicy::parse(const nlohmann::json& j) {
       return makeError(ErrorKind::kInvalidArgument, "history: unknown field '{}'", k);
   bool after_exec = false;
   if (j.contains("after_exec")) {
-    if (!j["after_exec"].is_boolean()) return makeError(ErrorKind::kInvalidArgument, "history.after_exec must be true or false");
+    if (!j["after_exec"].is_boolean())
+      return makeError(ErrorKind::kInvalidArgument, "history.after_exec must be true or false");
     after_exec = j["after_exec"].get<bool>();
   }
   int64_t every = 0;

@@ -4,10 +4,9 @@
 #pragma once
 
 #include <cstdint>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "common/result.h"
 
@@ -22,9 +21,9 @@ struct RetentionTier {
 // {"every_s": 600, "after_exec": true, "keep": [{"within_s": 3600, "every_s": 0}, {"within_s": 86400,
 //  "every_s": 3600}, {"within_s": 604800, "every_s": 86400}]}. At least one of every_s and after_exec.
 struct HistoryPolicy {
-  int64_t every_s = 0;                 // take an automatic snapshot this often; 0 = never
-  std::vector<RetentionTier> keep;     // ascending within_s; older than the last tier: deleted
-  bool after_exec = false;             // and when an exec finished and the sandbox's files changed
+  int64_t every_s = 0;              // take an automatic snapshot this often; 0 = never
+  std::vector<RetentionTier> keep;  // ascending within_s; older than the last tier: deleted
+  bool after_exec = false;          // and when an exec finished and the sandbox's files changed
   nlohmann::json toJson() const;
   static Result<HistoryPolicy> parse(const nlohmann::json& j);
   // All for an hour, hourly for a day, daily for a week.

@@ -1,9 +1,9 @@
 // Snapshot archives (core/snapshot_archives.h).
 #include "core/snapshot_archives.h"
 
-#include <filesystem>
-
 #include <spdlog/spdlog.h>
+
+#include <filesystem>
 
 #include "archive/archive.h"
 #include "archive/kek.h"
@@ -21,12 +21,14 @@ runtime::SnapshotRef refOf(const store::SnapshotRecord& s) { return {s.id, s.pat
 
 Result<size_t> SnapshotArchives::rotateKeys() {
   if (ctx_.config.snapshot_kek.empty() || ctx_.config.snapshot_kek_previous.empty())
-    return makeError(ErrorKind::kInvalidArgument, "key rotation needs snapshot_kek (the new key) and "
+    return makeError(ErrorKind::kInvalidArgument,
+                     "key rotation needs snapshot_kek (the new key) and "
                      "snapshot_kek_previous (the old one) in the daemon's config (docs/snapshot-archive.md)");
   ASSIGN_OR_RETURN(auto to, archive::kekFromSpec(ctx_.config.snapshot_kek));
   ASSIGN_OR_RETURN(auto from, archive::kekFromSpec(ctx_.config.snapshot_kek_previous));
   if (from->id() == to->id())
-    return makeError(ErrorKind::kInvalidArgument, "snapshot_kek and snapshot_kek_previous are the same key ({})", to->id());
+    return makeError(ErrorKind::kInvalidArgument, "snapshot_kek and snapshot_kek_previous are the same key ({})",
+                     to->id());
   // No export or import runs meanwhile (both hold the data key they unwrapped, so they would not break,
   // but an export creating a tenant's first key under the old KEK would be missed).
   std::lock_guard op(snapshot_mu_);
@@ -60,7 +62,8 @@ Error archiveKeyFailure(Error e) {
 
 Result<std::string> SnapshotArchives::exportSnapshot(const std::string& snapshot) {
   if (ctx_.config.snapshot_kek.empty())
-    return makeError(ErrorKind::kUnsupported, "snapshot export needs the customer's key: set snapshot_kek in the "
+    return makeError(ErrorKind::kUnsupported,
+                     "snapshot export needs the customer's key: set snapshot_kek in the "
                      "daemon's config (file:, env: or command:, docs/snapshot-archive.md)");
   ASSIGN_OR_RETURN(store::SnapshotRecord s, ctx_.store.getSnapshot(snapshot));
   ASSIGN_OR_RETURN(auto kek, archive::kekFromSpec(ctx_.config.snapshot_kek));
@@ -77,7 +80,8 @@ Result<std::string> SnapshotArchives::exportSnapshot(const std::string& snapshot
 
 Result<store::SnapshotRecord> SnapshotArchives::importSnapshot(const std::string& id, const std::string& archive_path) {
   if (ctx_.config.snapshot_kek.empty())
-    return makeError(ErrorKind::kUnsupported, "snapshot import needs the customer's key: set snapshot_kek in the "
+    return makeError(ErrorKind::kUnsupported,
+                     "snapshot import needs the customer's key: set snapshot_kek in the "
                      "daemon's config (file:, env: or command:, docs/snapshot-archive.md)");
   std::lock_guard op(snapshot_mu_);
   ASSIGN_OR_RETURN(store::SandboxRecord rec, ctx_.store.getSandbox(id));

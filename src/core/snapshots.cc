@@ -1,6 +1,7 @@
 // Snapshots, rollback and fork of sandboxes (docs/snapshots.md). The runtime makes and restores the
 // files; the manager keeps the rows, names, the order of operations, and re-gives a restarted or forked
 // sandbox its identity.
+#include <spdlog/spdlog.h>
 #include <sys/stat.h>
 
 #include <algorithm>
@@ -8,8 +9,6 @@
 #include <filesystem>
 #include <fstream>
 #include <thread>
-
-#include <spdlog/spdlog.h>
 
 #include "common/defer.h"
 #include "common/ids.h"
@@ -107,7 +106,7 @@ Result<store::SnapshotRecord> Manager::findSnapshot(const std::string& sandbox_i
 }
 
 Result<store::SnapshotRecord> Manager::takeSnapshot(store::SandboxRecord& rec, const std::string& name,
-                                                   const std::string& origin) {
+                                                    const std::string& origin) {
   TRY(transitionOf(rec, LifecycleEvent::kSnapshot));
   runtime::Runtime& rt = runtimeFor(rec.runtime);
   auto caps = rt.capabilities();
@@ -380,8 +379,7 @@ void Manager::removeInterruptedForks() {
       auto it = child.labels.find("space.fork_of");
       if (it == child.labels.end() || it->second != parent.id || child.created_ms < since) continue;
       spdlog::warn("reconcile: removing sandbox {} of a fork of {} that never finished", child.id, parent.id);
-      if (auto st = destroyRecord(child); !st)
-        spdlog::error("reconcile: remove {}: {}", child.id, st.error().message);
+      if (auto st = destroyRecord(child); !st) spdlog::error("reconcile: remove {}: {}", child.id, st.error().message);
     }
     parent.pending = {};
     (void)store_->updateSandbox(parent);
@@ -389,7 +387,8 @@ void Manager::removeInterruptedForks() {
 }
 
 Result<ForkResult> Manager::fork(const ForkSandbox& cmd) {
-  if (draining_) return makeError(ErrorKind::kUnavailable, "this node is draining: it takes no new sandboxes until spaced restarts");
+  if (draining_)
+    return makeError(ErrorKind::kUnavailable, "this node is draining: it takes no new sandboxes until spaced restarts");
   if (cmd.count < 1 || cmd.count > kMaxForks)
     return makeError(ErrorKind::kInvalidArgument, "count must be between 1 and {}", kMaxForks);
   std::lock_guard op(snapshot_mu_);
@@ -431,7 +430,8 @@ Result<ForkResult> Manager::fork(const ForkSandbox& cmd) {
   if (rec.spec.contains("egress")) {
     const auto& e = rec.spec["egress"];
     if (e.contains("policy")) like.network = e["policy"];
-    for (const auto& b : e.value("secrets", nlohmann::json::array())) like.secrets.push_back(b["name"].get<std::string>());
+    for (const auto& b : e.value("secrets", nlohmann::json::array()))
+      like.secrets.push_back(b["name"].get<std::string>());
   }
   runtime::SnapshotRef ref = refOf(out.snapshot);
   // All or nothing across a crash too: children made after this mark are removed at the next start

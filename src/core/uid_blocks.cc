@@ -1,6 +1,7 @@
 #include "core/uid_blocks.h"
 
 #include <fcntl.h>
+#include <spdlog/spdlog.h>
 #include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -12,8 +13,6 @@
 #include <fstream>
 #include <optional>
 #include <sstream>
-
-#include <spdlog/spdlog.h>
 
 namespace space::core {
 
@@ -39,7 +38,8 @@ Status writeFileAtomically(const std::string& path, const std::string& text) {
   std::string tmp = path + ".tmp";
   UniqueFd fd(open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
   if (!fd) return sysError(errno, "create {}", tmp);
-  if (write(fd.get(), text.data(), text.size()) != static_cast<ssize_t>(text.size())) return sysError(errno, "write {}", tmp);
+  if (write(fd.get(), text.data(), text.size()) != static_cast<ssize_t>(text.size()))
+    return sysError(errno, "write {}", tmp);
   if (fsync(fd.get()) < 0) return sysError(errno, "fsync {}", tmp);
   if (rename(tmp.c_str(), path.c_str()) < 0) return sysError(errno, "rename {}", tmp);
   return ok();

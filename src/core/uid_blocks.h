@@ -28,7 +28,8 @@ class UidBlock {
  public:
   // Claims this state directory's block: the one it recorded, else the lowest free one (block 0 for a
   // directory that has sandboxes from before blocks existed, whose uids were computed as block 0's).
-  static Result<UidBlock> claim(const std::string& registry_dir, const std::string& state_dir, bool has_legacy_sandboxes);
+  static Result<UidBlock> claim(const std::string& registry_dir, const std::string& state_dir,
+                                bool has_legacy_sandboxes);
 
   UidBlock() = default;
   UidBlock(UidBlock&&) = default;

@@ -133,18 +133,30 @@ namespace {
 // terminates the TLS; a wildcard over one admits every customer outright. The well-known ones only:
 // the list warns, it decides nothing.
 constexpr std::string_view kSharedCdnSuffixes[] = {
-    "cloudfront.net",                                                // Amazon CloudFront
-    "akamaiedge.net", "akamaized.net", "akamaihd.net", "edgekey.net", "edgesuite.net",  // Akamai
-    "azureedge.net", "azurefd.net", "azurewebsites.net",             // Azure CDN, Front Door, App Service
-    "fastly.net", "fastlylb.net",                                    // Fastly
-    "cdn.cloudflare.net", "workers.dev", "pages.dev",                // Cloudflare
-    "googleusercontent.com", "appspot.com",                          // Google
-    "herokuapp.com", "vercel.app", "netlify.app",                    // hosting platforms
+    "cloudfront.net",  // Amazon CloudFront
+    "akamaiedge.net",
+    "akamaized.net",
+    "akamaihd.net",
+    "edgekey.net",
+    "edgesuite.net",  // Akamai
+    "azureedge.net",
+    "azurefd.net",
+    "azurewebsites.net",  // Azure CDN, Front Door, App Service
+    "fastly.net",
+    "fastlylb.net",  // Fastly
+    "cdn.cloudflare.net",
+    "workers.dev",
+    "pages.dev",  // Cloudflare
+    "googleusercontent.com",
+    "appspot.com",  // Google
+    "herokuapp.com",
+    "vercel.app",
+    "netlify.app",  // hosting platforms
 };
 
 bool underSuffix(std::string_view name, std::string_view suffix) {
-  return name == suffix || (name.size() > suffix.size() && name.ends_with(suffix) &&
-                            name[name.size() - suffix.size() - 1] == '.');
+  return name == suffix ||
+         (name.size() > suffix.size() && name.ends_with(suffix) && name[name.size() - suffix.size() - 1] == '.');
 }
 
 }  // namespace
@@ -204,7 +216,8 @@ const Rule* findRuleOnOtherPort(const Policy& p, std::string_view name, const Ip
                                 uint16_t port) {
   for (const auto& r : p.rules) {
     if (!r.allow || r.portMatches(port)) continue;
-    if (r.cidr ? ip && (r.cidr->contains(*ip) || r.cidr->contains(*judged)) : !name.empty() && nameMatches(r.domain, name))
+    if (r.cidr ? ip && (r.cidr->contains(*ip) || r.cidr->contains(*judged))
+               : !name.empty() && nameMatches(r.domain, name))
       return &r;
   }
   return nullptr;

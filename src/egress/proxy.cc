@@ -151,9 +151,9 @@ namespace {
 struct Peeked {
   bool tls = false;
   bool http = false;
-  std::string sni;    // TLS
-  std::string host;   // HTTP Host (host part)
-  std::string error;  // neither, or malformed
+  std::string sni;        // TLS
+  std::string host;       // HTTP Host (host part)
+  std::string error;      // neither, or malformed
   bool bad_http = false;  // error is about an HTTP request: the sandbox gets a 400, the audit says http-strict
 };
 
@@ -194,7 +194,8 @@ awaitable<Peeked> peekFirstBytes(Conn& c, uint16_t default_port) {
       std::string_view text(reinterpret_cast<const char*>(buf.data()), n);
       auto upper = [](char ch) { return ch >= 'A' && ch <= 'Z'; };
       size_t sp = text.find(' ');
-      bool token = sp != std::string_view::npos && sp > 0 && sp < 16 && std::all_of(text.begin(), text.begin() + sp, upper);
+      bool token =
+          sp != std::string_view::npos && sp > 0 && sp < 16 && std::all_of(text.begin(), text.begin() + sp, upper);
       // A method is upper-case letters: anything else is decided on its first byte, not after more arrive.
       size_t letters = std::find_if_not(text.begin(), text.end(), upper) - text.begin();
       bool may_become_token = letters == n && n < 16;

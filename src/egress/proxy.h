@@ -32,12 +32,12 @@ struct GatewayOptions {
   // Absolute (E20): from accept until the gateway relays, and from the first byte of each later request
   // head on a relayed HTTP connection until the head is complete. Bytes arriving do not extend it.
   std::chrono::milliseconds head_deadline{10000};
-  std::chrono::milliseconds idle_timeout{300000};      // no byte in either direction
-  std::string upstream_ca_file;                        // empty: the system bundle
+  std::chrono::milliseconds idle_timeout{300000};  // no byte in either direction
+  std::string upstream_ca_file;                    // empty: the system bundle
   // The upstream TLS context, when the caller made it already (from upstream_ca_file, before the gateway
   // confined itself: the bundle need not be readable by the gateway's uid nor visible in its root).
   std::shared_ptr<SSL_CTX> upstream_ctx;
-  HostFacts facts;                                     // sandbox subnets are added from the registry
+  HostFacts facts;  // sandbox subnets are added from the registry
   // Loudly named on purpose; see config.h. Subnets the test harness declared external.
   std::vector<Cidr> test_external_subnets;
   // Where a transparent connection was going. Default: SO_ORIGINAL_DST. Tests without nftables set this.

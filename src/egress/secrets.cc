@@ -241,8 +241,8 @@ Result<Injection> applySecrets(http::RequestHead& head, std::string_view host,
         return makeError(ErrorKind::kInvalidArgument, "placeholder of secret {} in header {} (declared: {})", b.name,
                          h.name, b.header);
       if (!b.allowsRequest(head.method, head.target))
-        return makeError(ErrorKind::kInvalidArgument, "placeholder of secret {} in a {} request outside its {}",
-                         b.name, head.method, b.describeRestriction());
+        return makeError(ErrorKind::kInvalidArgument, "placeholder of secret {} in a {} request outside its {}", b.name,
+                         head.method, b.describeRestriction());
       if (h.value.find(b.placeholder) == std::string::npos)
         return makeError(ErrorKind::kInvalidArgument, "encoded placeholder of secret {} in header {}", b.name, h.name);
     }

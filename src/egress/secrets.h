@@ -74,5 +74,4 @@ struct Injection {
 Result<Injection> applySecrets(http::RequestHead& head, std::string_view host,
                                const std::vector<SecretBinding>& secrets);
 
-
 }  // namespace space::egress

@@ -2,12 +2,11 @@
 // src/http includes this, which keeps Boost headers out of every other translation unit.
 #pragma once
 
-#include <memory>
-
 #include <boost/asio/generic/stream_protocol.hpp>
 #include <boost/asio/io_context.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
+#include <memory>
 
 #include "http/websocket.h"
 

@@ -1,10 +1,9 @@
 #include "http/client.h"
 
-#include <limits>
-
 #include <boost/asio/connect.hpp>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/local/stream_protocol.hpp>
+#include <limits>
 #include <nlohmann/json.hpp>
 
 #include "http/beast_detail.h"
@@ -152,7 +151,8 @@ Result<ClientResponse> Client::upload(const std::string& method, const std::stri
   std::vector<char> chunk(1 << 16);
   uint64_t sent = 0;
   while (sent < length) {
-    ASSIGN_OR_RETURN(size_t n, source(chunk.data(), static_cast<size_t>(std::min<uint64_t>(chunk.size(), length - sent))));
+    ASSIGN_OR_RETURN(size_t n,
+                     source(chunk.data(), static_cast<size_t>(std::min<uint64_t>(chunk.size(), length - sent))));
     if (n == 0) return makeError(ErrorKind::kInvalidArgument, "source ended after {} of {} bytes", sent, length);
     sent += n;
     req.body().data = chunk.data();
@@ -192,14 +192,26 @@ std::string errorMessageFromBody(const std::string& body) {
 
 ErrorKind errorKindFromStatus(int status) {
   switch (status) {
-    case 400: case 413: case 431: return ErrorKind::kInvalidArgument;
-    case 401: case 403: return ErrorKind::kUnauthenticated;
-    case 404: return ErrorKind::kNotFound;
-    case 409: return ErrorKind::kConflict;
-    case 429: case 507: return ErrorKind::kResourceExhausted;
-    case 501: return ErrorKind::kUnsupported;
-    case 503: return ErrorKind::kUnavailable;
-    default: return ErrorKind::kInternal;
+    case 400:
+    case 413:
+    case 431:
+      return ErrorKind::kInvalidArgument;
+    case 401:
+    case 403:
+      return ErrorKind::kUnauthenticated;
+    case 404:
+      return ErrorKind::kNotFound;
+    case 409:
+      return ErrorKind::kConflict;
+    case 429:
+    case 507:
+      return ErrorKind::kResourceExhausted;
+    case 501:
+      return ErrorKind::kUnsupported;
+    case 503:
+      return ErrorKind::kUnavailable;
+    default:
+      return ErrorKind::kInternal;
   }
 }
 

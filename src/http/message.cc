@@ -25,7 +25,8 @@ std::optional<std::string> Request::header(std::string_view lower_name) const {
 
 Result<std::string> readAll(BodyReader& body, size_t limit) {
   if (auto len = body.contentLength(); len && *len > limit) {
-    return makeError(ErrorKind::kResourceExhausted, "request body of {} bytes exceeds the limit of {} bytes", *len, limit);
+    return makeError(ErrorKind::kResourceExhausted, "request body of {} bytes exceeds the limit of {} bytes", *len,
+                     limit);
   }
   std::string out;
   char buf[16384];

@@ -17,9 +17,9 @@
 namespace space::http {
 
 struct Request {
-  std::string method;  // upper case, as sent
-  std::string target;  // raw request target
-  std::string path;    // percent-decoded path, without the query
+  std::string method;                                      // upper case, as sent
+  std::string target;                                      // raw request target
+  std::string path;                                        // percent-decoded path, without the query
   std::vector<std::pair<std::string, std::string>> query;  // decoded, in order; keys may repeat
   std::map<std::string, std::string> headers;              // names lower-cased
   bool trusted = false;  // arrived on the unix socket (file permissions are the authentication)

@@ -433,14 +433,16 @@ Status Server::listenUnix(const std::string& path) {
 Status Server::listenTcp(const std::string& host_port) {
   using asio::ip::tcp;
   size_t colon = host_port.rfind(':');
-  if (colon == std::string::npos) return makeError(ErrorKind::kInvalidArgument, "--listen '{}': expected HOST:PORT", host_port);
+  if (colon == std::string::npos)
+    return makeError(ErrorKind::kInvalidArgument, "--listen '{}': expected HOST:PORT", host_port);
   std::string host = host_port.substr(0, colon), port = host_port.substr(colon + 1);
   if (host.size() > 2 && host.front() == '[') host = host.substr(1, host.size() - 2);
   if (host.empty()) host = "0.0.0.0";
   beast::error_code ec;
   tcp::resolver resolver(impl_->accept_ioc);
   auto results = resolver.resolve(host, port, tcp::resolver::passive, ec);
-  if (ec || results.empty()) return makeError(ErrorKind::kInvalidArgument, "--listen '{}': {}", host_port, ec.message());
+  if (ec || results.empty())
+    return makeError(ErrorKind::kInvalidArgument, "--listen '{}': {}", host_port, ec.message());
   auto ep = results.begin()->endpoint();
   auto acc = std::make_unique<tcp::acceptor>(impl_->accept_ioc);
   acc->open(ep.protocol(), ec);

@@ -54,7 +54,7 @@ class Server {
   // Serves until stop(); then stops accepting, lets running requests finish for up to drain_timeout,
   // and returns.
   void run(std::chrono::seconds drain_timeout = std::chrono::seconds(10));
-  void stop();  // thread-safe
+  void stop();                       // thread-safe
   size_t activeConnections() const;  // connections holding a slot
 
   struct Impl;

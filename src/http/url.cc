@@ -86,7 +86,8 @@ Result<Endpoint> parseEndpoint(std::string_view spec) {
     e.is_unix = true;
     e.path = std::string(spec.substr(7));
     if (e.path.empty() || e.path[0] != '/') {
-      return makeError(ErrorKind::kInvalidArgument, "'{}': a unix endpoint needs an absolute path, e.g. unix:///run/space/spaced.sock", spec);
+      return makeError(ErrorKind::kInvalidArgument,
+                       "'{}': a unix endpoint needs an absolute path, e.g. unix:///run/space/spaced.sock", spec);
     }
     return e;
   }
@@ -99,7 +100,8 @@ Result<Endpoint> parseEndpoint(std::string_view spec) {
     }
     e.is_unix = false;
     e.host = std::string(hp.substr(0, colon));
-    if (e.host.size() > 2 && e.host.front() == '[' && e.host.back() == ']') e.host = e.host.substr(1, e.host.size() - 2);
+    if (e.host.size() > 2 && e.host.front() == '[' && e.host.back() == ']')
+      e.host = e.host.substr(1, e.host.size() - 2);
     e.port = std::string(hp.substr(colon + 1));
     return e;
   }

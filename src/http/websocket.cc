@@ -1,11 +1,10 @@
 // WebSocket connections for the PTY: async Beast on the connection's own io_context, run by one thread,
 // because a Beast stream allows one reader and one writer only when both run on the same executor.
+#include <boost/asio/post.hpp>
+#include <boost/beast/websocket.hpp>
 #include <condition_variable>
 #include <deque>
 #include <mutex>
-
-#include <boost/asio/post.hpp>
-#include <boost/beast/websocket.hpp>
 #include <nlohmann/json.hpp>
 
 #include "http/beast_detail.h"
@@ -158,8 +157,8 @@ Result<std::unique_ptr<WebSocket>> acceptWebSocket(std::shared_ptr<asio::io_cont
                                                    const bhttp::request<bhttp::buffer_body>& req) {
   auto impl = std::make_unique<WebSocketImpl>(std::move(ioc), std::move(sock));
   beast::error_code ec;
-  impl->stream().set_option(ws::stream_base::decorator(
-      [](ws::response_type& res) { res.set(bhttp::field::server, "spaced"); }));
+  impl->stream().set_option(
+      ws::stream_base::decorator([](ws::response_type& res) { res.set(bhttp::field::server, "spaced"); }));
   impl->stream().accept(req, ec);
   if (ec) return makeError(ErrorKind::kInvalidArgument, "websocket handshake: {}", ec.message());
   return std::unique_ptr<WebSocket>(std::move(impl));

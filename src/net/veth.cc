@@ -44,7 +44,11 @@ Result<UniqueFd> createSandboxTap(const std::string& tap_name, const SandboxSubn
   // A fixed address per /30 (locally administered, "SH" for the sandbox's host end): a VM rolled back to
   // a snapshot finds its gateway where its ARP cache says, on the tap made anew for it.
   uint32_t i = subnet.network >> 2;
-  const unsigned char mac[6] = {0x02, 0x53, 0x48, static_cast<unsigned char>(i >> 16), static_cast<unsigned char>(i >> 8),
+  const unsigned char mac[6] = {0x02,
+                                0x53,
+                                0x48,
+                                static_cast<unsigned char>(i >> 16),
+                                static_cast<unsigned char>(i >> 8),
                                 static_cast<unsigned char>(i)};
   TRY(host.setMac(tap_name, mac));
   TRY(host.addAddressV4(tap_name, subnet.hostAddress(), SandboxSubnet::kPrefix));

@@ -6,11 +6,10 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <set>
 #include <string>
-
-#include <nlohmann/json.hpp>
 
 #include "agent/client/agent_client.h"
 #include "common/result.h"
@@ -19,43 +18,46 @@
 namespace space::runtime {
 
 struct Limits {
-  uint32_t cpu_millis = 1000;          // 1000 = one full CPU
+  uint32_t cpu_millis = 1000;  // 1000 = one full CPU
   uint64_t memory_bytes = 512ull << 20;
   uint32_t pids = 256;
-  uint64_t disk_bytes = 1ull << 30;    // writable layer quota
+  uint64_t disk_bytes = 1ull << 30;  // writable layer quota
   uint64_t disk_inodes = 100000;
-  uint32_t nofile = 4096;              // RLIMIT_NOFILE inside
+  uint32_t nofile = 4096;  // RLIMIT_NOFILE inside
 };
 
 struct SandboxSpec {
-  std::string id;                      // "sb-…"; names kernel objects (cgroup, dirs)
-  std::string template_rootfs;         // absolute host path of the template's read-only tree
-  std::string template_id;             // content hash of the template (keys derived artifacts: VM images)
-  std::string dir;                     // per-sandbox directory owned by spaced: state-dir/sandboxes/<id>
+  std::string id;               // "sb-…"; names kernel objects (cgroup, dirs)
+  std::string template_rootfs;  // absolute host path of the template's read-only tree
+  std::string template_id;      // content hash of the template (keys derived artifacts: VM images)
+  std::string dir;              // per-sandbox directory owned by spaced: state-dir/sandboxes/<id>
   std::string hostname;
-  uint32_t uid_base = 0;               // first host uid of the sandbox's private range
+  uint32_t uid_base = 0;  // first host uid of the sandbox's private range
   uint32_t uid_count = 65536;
   Limits limits;
   std::map<std::string, std::string> env;  // base environment of every process in the sandbox
-  bool pooled = false;                 // prepared ahead of a request: a runtime may do more of the work now
+  bool pooled = false;                     // prepared ahead of a request: a runtime may do more of the work now
 };
 
 struct Capabilities {
   // What the API reports (GET /v1/node, toJson).
   bool pause = false;
   bool snapshot_filesystem = false;
-  bool snapshot_memory = false;        // processes survive snapshot/restore
-  bool rollback = false;               // in place, same id and network identity
+  bool snapshot_memory = false;  // processes survive snapshot/restore
+  bool rollback = false;         // in place, same id and network identity
   bool fork = false;
   // What the manager plans with.
-  bool networked = false;              // sandboxes get a /30 and a host link into the egress gateway
-  bool own_kernel = false;             // a guest kernel: its open files are its own, not the host's file table
-  bool cold_boot = false;              // coldStart() boots without the template's memory snapshot
-  bool warm_templates = false;         // warmTemplate() makes per-template artifacts that starts need
-  bool accelerated = false;            // runs on hardware virtualisation now: `auto` isolation picks such a tier
+  bool networked = false;       // sandboxes get a /30 and a host link into the egress gateway
+  bool own_kernel = false;      // a guest kernel: its open files are its own, not the host's file table
+  bool cold_boot = false;       // coldStart() boots without the template's memory snapshot
+  bool warm_templates = false;  // warmTemplate() makes per-template artifacts that starts need
+  bool accelerated = false;     // runs on hardware virtualisation now: `auto` isolation picks such a tier
   nlohmann::json toJson() const {
-    return {{"pause", pause}, {"snapshot_filesystem", snapshot_filesystem}, {"snapshot_memory", snapshot_memory},
-            {"rollback", rollback}, {"fork", fork}};
+    return {{"pause", pause},
+            {"snapshot_filesystem", snapshot_filesystem},
+            {"snapshot_memory", snapshot_memory},
+            {"rollback", rollback},
+            {"fork", fork}};
   }
 };
 
@@ -63,24 +65,24 @@ struct Capabilities {
 // JSON before start() returns.
 struct PersistedInstance {
   std::string id;
-  std::string runtime;                 // "jail" | "vm"
-  nlohmann::json state;                // runtime-private: pids, paths, cgroup names
+  std::string runtime;   // "jail" | "vm"
+  nlohmann::json state;  // runtime-private: pids, paths, cgroup names
 };
 
 struct Instance {
   std::string id;
-  int pid = 0;                                   // host pid of the sandbox's init (the agent, or the VMM)
-  std::shared_ptr<agent::AgentClient> agent;     // connected and handshaken
+  int pid = 0;                                // host pid of the sandbox's init (the agent, or the VMM)
+  std::shared_ptr<agent::AgentClient> agent;  // connected and handshaken
   PersistedInstance persisted;
 };
 
 // A snapshot as the runtime made it: a directory of files (docs/snapshots.md). Durable before it is
 // returned (files and directory synced, renamed into place).
 struct SnapshotRef {
-  std::string id;                      // "snap-…"
-  std::string path;                    // the snapshot's directory
-  std::string kind;                    // "filesystem" (jail: the writable layer) | "full" (vm: memory too)
-  uint64_t size_bytes = 0;             // bytes the snapshot's files occupy (shared blocks counted once each)
+  std::string id;           // "snap-…"
+  std::string path;         // the snapshot's directory
+  std::string kind;         // "filesystem" (jail: the writable layer) | "full" (vm: memory too)
+  uint64_t size_bytes = 0;  // bytes the snapshot's files occupy (shared blocks counted once each)
 };
 enum class SnapshotKind { kFilesystem, kFull };
 
@@ -92,8 +94,8 @@ struct SandboxNetwork {
 
 // What a sandbox is told when it is handed to a request (create, fork) or restarted in place (rollback).
 struct HandOver {
-  std::string hostname;                           // the sandbox's id
-  std::map<std::string, std::string> env;         // the request's environment and the egress variables
+  std::string hostname;                    // the sandbox's id
+  std::map<std::string, std::string> env;  // the request's environment and the egress variables
   // Set after a restore (a fork child, a rollback): what the processes the snapshot brings back learn.
   std::optional<agent::Identity::Generation> restored;
   // Set while egress is on: the port of the explicit proxy a networked sandbox's processes are pointed at.

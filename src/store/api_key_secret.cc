@@ -1,13 +1,13 @@
 #include "store/api_key_secret.h"
 
-#include "common/hex.h"
-
 #include <openssl/err.h>
 #include <openssl/evp.h>
 #include <openssl/rand.h>
 #include <openssl/sha.h>
 
 #include <vector>
+
+#include "common/hex.h"
 
 namespace space::store {
 namespace {
@@ -36,7 +36,6 @@ std::string base64Url(const std::vector<unsigned char>& bytes) {
   }
   return out;
 }
-
 
 }  // namespace
 

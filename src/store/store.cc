@@ -383,10 +383,11 @@ class SqliteStore final : public Store {
 
   Status putSecret(const SecretRecord& r) override {
     auto lock = db_.lock();
-    ASSIGN_OR_RETURN(auto stmt, db_.prepare("INSERT OR REPLACE INTO secrets (name, hosts, header, format, sealed_value, "
-                                            "created_ms, methods, path_prefixes) VALUES (?, ?, ?, ?, ?, ?, ?, ?)"));
-    TRY(stmt.bindAll(r.name, dumpJson(r.hosts), r.header, r.format, r.sealed_value, r.created_ms ? r.created_ms : nowMs(),
-                     dumpJson(r.methods), dumpJson(r.path_prefixes)));
+    ASSIGN_OR_RETURN(auto stmt,
+                     db_.prepare("INSERT OR REPLACE INTO secrets (name, hosts, header, format, sealed_value, "
+                                 "created_ms, methods, path_prefixes) VALUES (?, ?, ?, ?, ?, ?, ?, ?)"));
+    TRY(stmt.bindAll(r.name, dumpJson(r.hosts), r.header, r.format, r.sealed_value,
+                     r.created_ms ? r.created_ms : nowMs(), dumpJson(r.methods), dumpJson(r.path_prefixes)));
     return stmt.run();
   }
 
@@ -416,8 +417,9 @@ class SqliteStore final : public Store {
       if (q.columnInt(0) > 0)
         return makeError(ErrorKind::kConflict, "sandbox {} has a snapshot named '{}' already", r.sandbox_id, r.name);
     }
-    ASSIGN_OR_RETURN(auto stmt, db_.prepare("INSERT INTO snapshots (id, sandbox_id, name, runtime, kind, path, size_bytes, "
-                                            "origin, created_ms) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"));
+    ASSIGN_OR_RETURN(auto stmt,
+                     db_.prepare("INSERT INTO snapshots (id, sandbox_id, name, runtime, kind, path, size_bytes, "
+                                 "origin, created_ms) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"));
     TRY(stmt.bindAll(r.id, r.sandbox_id, r.name, r.runtime, r.kind, r.path, static_cast<int64_t>(r.size_bytes),
                      r.origin, r.created_ms ? r.created_ms : nowMs()));
     return stmt.run();
@@ -446,7 +448,8 @@ class SqliteStore final : public Store {
   Result<std::vector<SnapshotRecord>> selectSnapshots(const std::string& where, const std::string& arg) {
     auto lock = db_.lock();
     ASSIGN_OR_RETURN(auto stmt, db_.prepare("SELECT id, sandbox_id, name, runtime, kind, path, size_bytes, origin, "
-                                            "created_ms FROM snapshots " + where + " ORDER BY created_ms, rowid"));
+                                            "created_ms FROM snapshots " +
+                                            where + " ORDER BY created_ms, rowid"));
     if (!where.empty()) TRY(stmt.bind(1, arg));
     std::vector<SnapshotRecord> out;
     for (;;) {
@@ -540,13 +543,21 @@ Result<int> Store::insertSandboxWithFreeUidSlot(const SandboxRecord& s) {
   }
 }
 
-Status Store::putSecret(const SecretRecord&) { return makeError(ErrorKind::kUnsupported, "this store keeps no secrets"); }
-Result<SecretRecord> Store::getSecret(const std::string& name) { return notFoundError("secret", "secret {} not found", name); }
+Status Store::putSecret(const SecretRecord&) {
+  return makeError(ErrorKind::kUnsupported, "this store keeps no secrets");
+}
+Result<SecretRecord> Store::getSecret(const std::string& name) {
+  return notFoundError("secret", "secret {} not found", name);
+}
 Result<std::vector<SecretRecord>> Store::listSecrets() { return std::vector<SecretRecord>{}; }
 Status Store::deleteSecret(const std::string& name) { return notFoundError("secret", "secret {} not found", name); }
 
-Status Store::insertSnapshot(const SnapshotRecord&) { return makeError(ErrorKind::kUnsupported, "this store keeps no snapshots"); }
-Result<SnapshotRecord> Store::getSnapshot(const std::string& id) { return notFoundError("snapshot", "snapshot {} not found", id); }
+Status Store::insertSnapshot(const SnapshotRecord&) {
+  return makeError(ErrorKind::kUnsupported, "this store keeps no snapshots");
+}
+Result<SnapshotRecord> Store::getSnapshot(const std::string& id) {
+  return notFoundError("snapshot", "snapshot {} not found", id);
+}
 Result<std::vector<SnapshotRecord>> Store::listSnapshots(const std::string&) { return std::vector<SnapshotRecord>{}; }
 Status Store::deleteSnapshot(const std::string& id) { return notFoundError("snapshot", "snapshot {} not found", id); }
 

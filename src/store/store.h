@@ -5,11 +5,10 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "common/result.h"
 #include "store/sandbox_state.h"
@@ -17,10 +16,10 @@
 namespace space::store {
 
 struct TemplateRecord {
-  std::string id;          // content hash of the tree ("sha256:…")
-  std::string name;        // unique, user-facing
-  std::string rootfs;      // absolute path of the read-only tree
-  nlohmann::json source;   // {"kind":"debootstrap","suite":"bookworm","packages":[…]} etc.
+  std::string id;         // content hash of the tree ("sha256:…")
+  std::string name;       // unique, user-facing
+  std::string rootfs;     // absolute path of the read-only tree
+  nlohmann::json source;  // {"kind":"debootstrap","suite":"bookworm","packages":[…]} etc.
   uint64_t size_bytes = 0;
   int64_t created_ms = 0;
   // Not stored: what the build found sandboxes of this tree will not be able to do (templateWarnings).
@@ -32,15 +31,15 @@ struct SandboxRecord {
   std::string template_name;
   std::string template_id;
   SandboxState state = SandboxState::kStarting;
-  std::string runtime;        // "jail" | "vm"
-  nlohmann::json spec;        // limits, env, timeout: what create asked for
+  std::string runtime;  // "jail" | "vm"
+  nlohmann::json spec;  // limits, env, timeout: what create asked for
   std::map<std::string, std::string> labels;
-  int uid_slot = -1;          // index of the private uid range; unique among live sandboxes
+  int uid_slot = -1;  // index of the private uid range; unique among live sandboxes
   int64_t created_ms = 0;
-  int64_t expires_ms = 0;     // 0 = no TTL
-  nlohmann::json persisted;   // runtime::PersistedInstance::state
-  std::string error;          // why it failed
-  bool pooled = false;        // true while it waits in the pool, not yet handed out
+  int64_t expires_ms = 0;    // 0 = no TTL
+  nlohmann::json persisted;  // runtime::PersistedInstance::state
+  std::string error;         // why it failed
+  bool pooled = false;       // true while it waits in the pool, not yet handed out
   // Paused for being idle (not by its owner): the next use wakes it. A qualifier of kPaused, not an
   // operation: nothing is in flight while it is set.
   bool auto_paused = false;
@@ -48,11 +47,11 @@ struct SandboxRecord {
 };
 
 struct ApiKeyRecord {
-  std::string id;             // "key-…", shown in lists
+  std::string id;  // "key-…", shown in lists
   std::string name;
-  std::string prefix;         // first characters of the secret, to recognise it
+  std::string prefix;  // first characters of the secret, to recognise it
   int64_t created_ms = 0;
-  int64_t revoked_ms = 0;     // 0 = active
+  int64_t revoked_ms = 0;  // 0 = active
 };
 
 struct SecretRecord {
@@ -62,16 +61,16 @@ struct SecretRecord {
   std::string format;
   std::vector<std::string> methods;        // empty: any
   std::vector<std::string> path_prefixes;  // empty: any
-  std::string sealed_value;   // never the value itself (store/secret_box.h)
+  std::string sealed_value;                // never the value itself (store/secret_box.h)
   int64_t created_ms = 0;
 };
 
 struct SnapshotRecord {
-  std::string id;             // "snap-…"
+  std::string id;  // "snap-…"
   std::string sandbox_id;
   std::string name;
   std::string runtime;
-  std::string kind;           // "filesystem" | "full"
+  std::string kind;  // "filesystem" | "full"
   std::string path;
   uint64_t size_bytes = 0;
   std::string origin = "manual";
@@ -91,7 +90,7 @@ class Store {
   virtual ~Store() = default;
 
   // Templates
-  virtual Status putTemplate(const TemplateRecord& t) = 0;  // replaces by name
+  virtual Status putTemplate(const TemplateRecord& t) = 0;                  // replaces by name
   virtual Result<TemplateRecord> getTemplate(const std::string& name) = 0;  // kNotFound
   virtual Result<std::vector<TemplateRecord>> listTemplates() = 0;
   virtual Status deleteTemplate(const std::string& name) = 0;
@@ -121,16 +120,16 @@ class Store {
   virtual Result<ApiKeyRecord> verifyApiKey(const std::string& secret) = 0;  // kUnauthenticated
 
   // Secrets of the egress gateway (sealed values only).
-  virtual Status putSecret(const SecretRecord& s);  // replaces by name
+  virtual Status putSecret(const SecretRecord& s);                  // replaces by name
   virtual Result<SecretRecord> getSecret(const std::string& name);  // kNotFound
   virtual Result<std::vector<SecretRecord>> listSecrets();
   virtual Status deleteSecret(const std::string& name);  // kNotFound
 
   // Snapshots
   virtual Status insertSnapshot(const SnapshotRecord& s);  // kConflict on a duplicate id or name of the sandbox
-  virtual Result<SnapshotRecord> getSnapshot(const std::string& id);  // kNotFound
+  virtual Result<SnapshotRecord> getSnapshot(const std::string& id);                         // kNotFound
   virtual Result<std::vector<SnapshotRecord>> listSnapshots(const std::string& sandbox_id);  // oldest first; "" = all
-  virtual Status deleteSnapshot(const std::string& id);  // kNotFound
+  virtual Status deleteSnapshot(const std::string& id);                                      // kNotFound
 };
 
 }  // namespace space::store

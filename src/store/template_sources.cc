@@ -172,9 +172,11 @@ Status addSandboxDirectories(const std::string& rootfs) {
 
 Status writeTemplateHostname(const std::string& rootfs) {
   UniqueFd etc(::open((rootfs + "/etc").c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
-  if (!etc) return errno == ENOENT || errno == ENOTDIR || errno == ELOOP ? ok() : sysError(errno, "open {}/etc", rootfs);
+  if (!etc)
+    return errno == ENOENT || errno == ENOTDIR || errno == ELOOP ? ok() : sysError(errno, "open {}/etc", rootfs);
   // Unlinked first: a symlink named hostname in a user's tree is replaced, never followed.
-  if (::unlinkat(etc.get(), "hostname", 0) != 0 && errno != ENOENT) return sysError(errno, "replace {}/etc/hostname", rootfs);
+  if (::unlinkat(etc.get(), "hostname", 0) != 0 && errno != ENOENT)
+    return sysError(errno, "replace {}/etc/hostname", rootfs);
   UniqueFd f(::openat(etc.get(), "hostname", O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644));
   if (!f) return sysError(errno, "create {}/etc/hostname", rootfs);
   std::string text = std::string(kTemplateHostname) + "\n";

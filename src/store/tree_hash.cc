@@ -1,7 +1,5 @@
 #include "store/tree_hash.h"
 
-#include "common/hex.h"
-
 #include <dirent.h>
 #include <fcntl.h>
 #include <openssl/evp.h>
@@ -16,11 +14,11 @@
 #include <utility>
 #include <vector>
 
+#include "common/hex.h"
 #include "common/unique_fd.h"
 
 namespace space::store {
 namespace {
-
 
 struct MdCtxFree {
   void operator()(EVP_MD_CTX* c) const { EVP_MD_CTX_free(c); }

@@ -125,7 +125,8 @@ Status Rtnl::addVeth(const std::string& host_name, const std::string& peer_name,
 }
 
 Result<UniqueFd> Rtnl::addTap(const std::string& name) {
-  if (name.size() >= IFNAMSIZ) return makeError(ErrorKind::kInvalidArgument, "interface names are at most {} bytes", IFNAMSIZ - 1);
+  if (name.size() >= IFNAMSIZ)
+    return makeError(ErrorKind::kInvalidArgument, "interface names are at most {} bytes", IFNAMSIZ - 1);
   UniqueFd tun(::open("/dev/net/tun", O_RDWR | O_CLOEXEC));
   if (!tun) return sysError(errno, "open /dev/net/tun");
   ifreq ifr{};

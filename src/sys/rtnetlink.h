@@ -26,14 +26,15 @@ class Rtnl {
   Status setUp(const std::string& name);
   // The link's hardware address (6 bytes), e.g. a restored VM's NIC, which keeps its template's otherwise.
   Status setMac(const std::string& name, const unsigned char mac[6]);
-  Status addAddressV4(const std::string& name, uint32_t address, int prefix);  // host order
+  Status addAddressV4(const std::string& name, uint32_t address, int prefix);     // host order
   Status deleteAddressV4(const std::string& name, uint32_t address, int prefix);  // host order
   Status addDefaultRouteV4(uint32_t gateway);  // replaces the default route if there is one
 
  private:
   explicit Rtnl(UniqueFd fd) : fd_(std::move(fd)) {}
   Status request(void* msg, size_t len, const char* what);
-  Status addressV4(uint16_t type, uint16_t flags, const std::string& name, uint32_t address, int prefix, const char* what);
+  Status addressV4(uint16_t type, uint16_t flags, const std::string& name, uint32_t address, int prefix,
+                   const char* what);
   UniqueFd fd_;
   uint32_t seq_ = 1;
 };

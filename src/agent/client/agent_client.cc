@@ -20,8 +20,15 @@ using protocol::FrameType;
 constexpr Duration kRequestTimeout{120000};  // a simple request the agent leaves unanswered this long fails
 
 json execJson(const char* op, const ExecRequest& req) {
-  json j = {{"op", op}, {"argv", req.argv}, {"env", req.env}, {"cwd", req.cwd}, {"user", req.user},
-            {"pty", req.pty}, {"rows", req.rows}, {"cols", req.cols}, {"timeout_s", req.timeout_s},
+  json j = {{"op", op},
+            {"argv", req.argv},
+            {"env", req.env},
+            {"cwd", req.cwd},
+            {"user", req.user},
+            {"pty", req.pty},
+            {"rows", req.rows},
+            {"cols", req.cols},
+            {"timeout_s", req.timeout_s},
             {"stdin", req.stdin_open}};
   return j;
 }
@@ -146,8 +153,11 @@ class AgentClientImpl : public AgentClient {
     if (id.clock_unix_ms != 0) req["clock_unix_ms"] = id.clock_unix_ms;
     if (!id.machine_id.empty()) req["machine_id"] = id.machine_id;
     if (!id.network.address.empty())
-      req["net"] = {{"address", id.network.address}, {"prefix", id.network.prefix}, {"gateway", id.network.gateway},
-                    {"nameserver", id.network.nameserver}, {"mac", id.network.mac}};
+      req["net"] = {{"address", id.network.address},
+                    {"prefix", id.network.prefix},
+                    {"gateway", id.network.gateway},
+                    {"nameserver", id.network.nameserver},
+                    {"mac", id.network.mac}};
     if (id.generation) {
       const auto features = agentInfo().value("features", json::array());
       if (std::find(features.begin(), features.end(), "generation") != features.end()) {

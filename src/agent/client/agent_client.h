@@ -8,11 +8,10 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "common/result.h"
 
@@ -21,14 +20,14 @@ namespace space::agent {
 using Duration = std::chrono::milliseconds;
 
 struct ExecRequest {
-  std::vector<std::string> argv;             // argv[0] resolved through PATH inside the sandbox
-  std::map<std::string, std::string> env;    // added to the sandbox's base environment
-  std::string cwd;                           // default "/root" (or the user's home)
-  std::string user;                          // name or uid inside the sandbox; default root
-  bool pty = false;                          // run on a pseudo-terminal (stdout carries the tty output)
+  std::vector<std::string> argv;           // argv[0] resolved through PATH inside the sandbox
+  std::map<std::string, std::string> env;  // added to the sandbox's base environment
+  std::string cwd;                         // default "/root" (or the user's home)
+  std::string user;                        // name or uid inside the sandbox; default root
+  bool pty = false;                        // run on a pseudo-terminal (stdout carries the tty output)
   uint16_t rows = 24, cols = 80;
-  double timeout_s = 0;                      // 0 = none; on expiry SIGKILL to the process group
-  bool stdin_open = false;                   // false: stdin is /dev/null
+  double timeout_s = 0;     // 0 = none; on expiry SIGKILL to the process group
+  bool stdin_open = false;  // false: stdin is /dev/null
 };
 
 struct ExitStatus {
@@ -61,11 +60,11 @@ class ExecStream {
 };
 
 struct ProcessInfo {
-  std::string id;          // agent-assigned id of a background process ("p1", "p2", ...)
+  std::string id;  // agent-assigned id of a background process ("p1", "p2", ...)
   int pid = 0;
   std::vector<std::string> argv;
   bool running = true;
-  ExitStatus exit;         // valid when !running
+  ExitStatus exit;  // valid when !running
   uint64_t output_bytes = 0;
   int64_t started_unix_ms = 0;
 };
@@ -79,8 +78,8 @@ class OutputReader {
 };
 
 struct FileStat {
-  std::string name;   // base name (list) or the path asked for (stat)
-  std::string type;   // "file", "dir", "symlink", "other"
+  std::string name;  // base name (list) or the path asked for (stat)
+  std::string type;  // "file", "dir", "symlink", "other"
   uint64_t size = 0;
   uint32_t mode = 0;  // permission bits
   uint32_t uid = 0, gid = 0;
@@ -109,9 +108,9 @@ class FileWriter {
 struct Identity {
   std::string hostname;
   std::map<std::string, std::string> env;
-  std::string rng_seed_hex;  // mixed into the guest RNG; empty = none
-  int64_t clock_unix_ms = 0; // 0 = leave the clock
-  std::string machine_id;    // 32 lowercase hex digits for /etc/machine-id; empty = leave it
+  std::string rng_seed_hex;   // mixed into the guest RNG; empty = none
+  int64_t clock_unix_ms = 0;  // 0 = leave the clock
+  std::string machine_id;     // 32 lowercase hex digits for /etc/machine-id; empty = leave it
   // A VM's network, configured by its agent (a jail's is made by the host): its NIC (the only one) gets
   // `mac` and `address`/`prefix`, the default route goes via `gateway`, lo comes up, and /etc/resolv.conf
   // names `nameserver`. Empty address = no network.

@@ -57,7 +57,9 @@ Result<nlohmann::json> Connection::handshake(int fd, protocol::Decoder& decoder,
   nlohmann::json hello = {{"version", protocol::kVersion}, {"role", "host"}};
   std::string payload = hello.dump();
   std::string frame = protocol::encodeFrame(Frame{FrameType::kHello, 0, payload});
-  struct iovec iov{frame.data(), frame.size()};
+  struct iovec iov {
+    frame.data(), frame.size()
+  };
   TRY(writeAll(fd, &iov, 1));
   auto deadline = Clock::now() + timeout;
   char buf[65536];
@@ -275,7 +277,8 @@ Status Connection::sendControl(uint32_t ch, const nlohmann::json& msg) {
 }
 
 Status Connection::sendFrame(FrameType type, uint32_t ch, std::string_view payload) {
-  if (payload.size() > protocol::kMaxPayload) return makeError(ErrorKind::kInvalidArgument, "frame of {} bytes too large", payload.size());
+  if (payload.size() > protocol::kMaxPayload)
+    return makeError(ErrorKind::kInvalidArgument, "frame of {} bytes too large", payload.size());
   char header[protocol::kHeaderSize];
   protocol::encodeHeader(type, ch, static_cast<uint32_t>(payload.size()), header);
   struct iovec iov[2] = {{header, sizeof header}, {const_cast<char*>(payload.data()), payload.size()}};

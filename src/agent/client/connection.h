@@ -10,11 +10,10 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <thread>
-
-#include <nlohmann/json.hpp>
 
 #include "agent/client/agent_client.h"
 #include "agent/protocol/frame.h"
@@ -25,9 +24,9 @@ namespace space::agent {
 
 struct Incoming {
   protocol::FrameType type = protocol::FrameType::kControl;
-  std::string data;     // data frames
-  nlohmann::json msg;   // control frames, parsed
-  size_t wire_bytes = 0; // control frames: payload size, for the queue bound
+  std::string data;       // data frames
+  nlohmann::json msg;     // control frames, parsed
+  size_t wire_bytes = 0;  // control frames: payload size, for the queue bound
 };
 
 struct ChannelState {

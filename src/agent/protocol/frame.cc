@@ -48,7 +48,8 @@ std::string encodeCredit(uint32_t bytes) {
 }
 
 Result<uint32_t> decodeCredit(std::string_view payload) {
-  if (payload.size() != 4) return makeError(ErrorKind::kInvalidArgument, "credit frame of {} bytes, want 4", payload.size());
+  if (payload.size() != 4)
+    return makeError(ErrorKind::kInvalidArgument, "credit frame of {} bytes, want 4", payload.size());
   return getU32(payload.data());
 }
 

@@ -21,18 +21,18 @@ namespace space::protocol {
 
 inline constexpr uint32_t kVersion = 1;
 inline constexpr size_t kHeaderSize = 9;
-inline constexpr uint32_t kMaxPayload = 1u << 20;        // 1 MiB per frame
-inline constexpr uint32_t kInitialCredit = 4u << 20;     // bytes a sender may have in flight per channel
+inline constexpr uint32_t kMaxPayload = 1u << 20;     // 1 MiB per frame
+inline constexpr uint32_t kInitialCredit = 4u << 20;  // bytes a sender may have in flight per channel
 
 enum class FrameType : uint8_t {
-  kHello = 1,     // JSON {"version":1,"role":"host"|"agent", ...}; first frame each way, channel 0
-  kControl = 2,   // JSON request (host→agent) or event (agent→host) on a channel
-  kDataIn = 3,    // raw bytes host→agent: process stdin, file upload
-  kDataOut = 4,   // raw bytes agent→host: process stdout, file download
-  kDataErr = 5,   // raw bytes agent→host: process stderr
-  kEofIn = 6,     // host→agent: no more kDataIn on this channel
-  kCredit = 7,    // u32 LE: receiver grants the sender this many more data bytes on the channel
-  kCancel = 8,    // host→agent: abandon the operation on this channel (the agent still ends it)
+  kHello = 1,    // JSON {"version":1,"role":"host"|"agent", ...}; first frame each way, channel 0
+  kControl = 2,  // JSON request (host→agent) or event (agent→host) on a channel
+  kDataIn = 3,   // raw bytes host→agent: process stdin, file upload
+  kDataOut = 4,  // raw bytes agent→host: process stdout, file download
+  kDataErr = 5,  // raw bytes agent→host: process stderr
+  kEofIn = 6,    // host→agent: no more kDataIn on this channel
+  kCredit = 7,   // u32 LE: receiver grants the sender this many more data bytes on the channel
+  kCancel = 8,   // host→agent: abandon the operation on this channel (the agent still ends it)
 };
 
 bool isKnownFrameType(uint8_t t);

@@ -10,12 +10,16 @@ bool nestingWithin(std::string_view s, int max_depth) {
   bool in_string = false, escaped = false;
   for (char c : s) {
     if (in_string) {
-      if (escaped) escaped = false;
-      else if (c == '\\') escaped = true;
-      else if (c == '"') in_string = false;
+      if (escaped)
+        escaped = false;
+      else if (c == '\\')
+        escaped = true;
+      else if (c == '"')
+        in_string = false;
       continue;
     }
-    if (c == '"') in_string = true;
+    if (c == '"')
+      in_string = true;
     else if (c == '[' || c == '{') {
       if (++depth > max_depth) return false;
     } else if (c == ']' || c == '}') {
@@ -44,9 +48,9 @@ nlohmann::json errorEvent(const Error& error) {
 }
 
 std::optional<ErrorKind> errorKindFromName(std::string_view name) {
-  for (ErrorKind k : {ErrorKind::kInvalidArgument, ErrorKind::kNotFound, ErrorKind::kConflict,
-                      ErrorKind::kUnauthenticated, ErrorKind::kResourceExhausted, ErrorKind::kUnsupported,
-                      ErrorKind::kUnavailable, ErrorKind::kInternal}) {
+  for (ErrorKind k :
+       {ErrorKind::kInvalidArgument, ErrorKind::kNotFound, ErrorKind::kConflict, ErrorKind::kUnauthenticated,
+        ErrorKind::kResourceExhausted, ErrorKind::kUnsupported, ErrorKind::kUnavailable, ErrorKind::kInternal}) {
     if (name == errorKindName(k)) return k;
   }
   return std::nullopt;
@@ -63,13 +67,15 @@ Error errorFromEvent(const nlohmann::json& event) {
 
 Result<std::string> getString(const nlohmann::json& msg, const char* key) {
   auto it = msg.find(key);
-  if (it == msg.end() || !it->is_string()) return makeError(ErrorKind::kInvalidArgument, "field \"{}\" must be a string", key);
+  if (it == msg.end() || !it->is_string())
+    return makeError(ErrorKind::kInvalidArgument, "field \"{}\" must be a string", key);
   return it->get<std::string>();
 }
 
 Result<int64_t> getInt(const nlohmann::json& msg, const char* key) {
   auto it = msg.find(key);
-  if (it == msg.end() || !it->is_number_integer()) return makeError(ErrorKind::kInvalidArgument, "field \"{}\" must be an integer", key);
+  if (it == msg.end() || !it->is_number_integer())
+    return makeError(ErrorKind::kInvalidArgument, "field \"{}\" must be an integer", key);
   return it->get<int64_t>();
 }
 

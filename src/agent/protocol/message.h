@@ -3,18 +3,17 @@
 // so parsing is bounded (payload size by the decoder, nesting depth here) and never throws.
 #pragma once
 
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <string_view>
-
-#include <nlohmann/json.hpp>
 
 #include "common/result.h"
 
 namespace space::protocol {
 
-inline constexpr size_t kDataChunk = 256u << 10;   // largest data payload either side sends
-inline constexpr int kMaxJsonDepth = 32;           // deeper nesting is refused before parsing
+inline constexpr size_t kDataChunk = 256u << 10;  // largest data payload either side sends
+inline constexpr int kMaxJsonDepth = 32;          // deeper nesting is refused before parsing
 
 // A JSON object from a control or hello payload; kInvalidArgument for anything else.
 Result<nlohmann::json> parseControl(std::string_view payload);

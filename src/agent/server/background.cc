@@ -76,8 +76,12 @@ void Server::opPs(uint32_t ch) {
     if (p.bg_id.empty()) continue;
     json argv = json::array();
     for (const auto& a : p.argv) argv.push_back(a.substr(0, kMaxArgListed));
-    json item = {{"id", p.bg_id}, {"pid", p.pid}, {"argv", argv}, {"running", !p.exited},
-                 {"output_bytes", p.output_bytes}, {"started_unix_ms", p.started_ms}};
+    json item = {{"id", p.bg_id},
+                 {"pid", p.pid},
+                 {"argv", argv},
+                 {"running", !p.exited},
+                 {"output_bytes", p.output_bytes},
+                 {"started_unix_ms", p.started_ms}};
     if (p.exited) {
       json ev = exitEvent(p);
       item["exit_code"] = ev["exit_code"];
@@ -128,7 +132,8 @@ bool Server::pumpOutputReader(Channel& c) {
     }
     uint64_t limit = std::min(c.stop_at, p->ring.end());
     if (c.cursor >= limit) break;
-    size_t max = static_cast<size_t>(std::min<uint64_t>({protocol::kDataChunk, static_cast<uint64_t>(c.send_credit), limit - c.cursor}));
+    size_t max = static_cast<size_t>(
+        std::min<uint64_t>({protocol::kDataChunk, static_cast<uint64_t>(c.send_credit), limit - c.cursor}));
     bool is_err = false;
     if (!p->ring.read(&c.cursor, max, &is_err, &data)) break;
     sendData(is_err ? protocol::FrameType::kDataErr : protocol::FrameType::kDataOut, c.id, data.data(), data.size());
@@ -138,7 +143,8 @@ bool Server::pumpOutputReader(Channel& c) {
   bool finished = p->exited && !p->out && !p->err;
   bool caught_up = c.cursor >= std::min(c.stop_at, p->ring.end());
   if (caught_up && (!c.follow || finished)) {
-    json ev = finished ? exitEvent(*p) : json{{"event", "exit"}, {"exit_code", -1}, {"signal", 0}, {"timed_out", false}};
+    json ev =
+        finished ? exitEvent(*p) : json{{"event", "exit"}, {"exit_code", -1}, {"signal", 0}, {"timed_out", false}};
     ev["running"] = !finished;
     ev["dropped_bytes"] = c.dropped;
     endChannel(c.id, ev);

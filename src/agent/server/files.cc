@@ -35,8 +35,12 @@ std::string describeType(mode_t m) {
 }
 
 json statJson(int dirfd, const std::string& name, const struct stat& st, const std::string& shown) {
-  json j = {{"name", shown}, {"type", typeName(st.st_mode)}, {"size", static_cast<uint64_t>(st.st_size)},
-            {"mode", st.st_mode & 07777}, {"uid", st.st_uid}, {"gid", st.st_gid},
+  json j = {{"name", shown},
+            {"type", typeName(st.st_mode)},
+            {"size", static_cast<uint64_t>(st.st_size)},
+            {"mode", st.st_mode & 07777},
+            {"uid", st.st_uid},
+            {"gid", st.st_gid},
             {"mtime_unix_ms", int64_t{st.st_mtim.tv_sec} * 1000 + st.st_mtim.tv_nsec / 1000000}};
   if (S_ISLNK(st.st_mode)) {
     char target[4096];
@@ -54,7 +58,8 @@ Result<std::string> requirePath(const json& msg, const char* key = "path") {
 
 // Removes name (beneath dirfd) and everything under it without following symlinks.
 Status removeTree(int dirfd, const std::string& name, int depth) {
-  if (depth > kMaxRemoveDepth) return makeError(ErrorKind::kInvalidArgument, "directory tree deeper than {}", kMaxRemoveDepth);
+  if (depth > kMaxRemoveDepth)
+    return makeError(ErrorKind::kInvalidArgument, "directory tree deeper than {}", kMaxRemoveDepth);
   int fd = openat(dirfd, name.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
   if (fd < 0) return clientSysError(errno, "open directory {}", name);
   DIR* dir = fdopendir(fd);
@@ -93,7 +98,9 @@ void Server::opReadFile(uint32_t ch, const json& msg) {
   struct stat st {};
   if (fstat(probe->get(), &st) < 0) return endChannelError(ch, clientSysError(errno, "fstat {}", *path).value());
   if (!S_ISREG(st.st_mode))
-    return endChannelError(ch, Error{ErrorKind::kInvalidArgument, 0, fmt::format("{} is {}, only regular files can be read", *path, describeType(st.st_mode))});
+    return endChannelError(
+        ch, Error{ErrorKind::kInvalidArgument, 0,
+                  fmt::format("{} is {}, only regular files can be read", *path, describeType(st.st_mode))});
   auto fd = openInRoot(root_.get(), *path, O_RDONLY | O_NONBLOCK | O_NOCTTY);
   if (!fd) return endChannelError(ch, fd.error());
   if (fstat(fd->get(), &st) < 0 || !S_ISREG(st.st_mode))
@@ -131,11 +138,14 @@ void Server::opWriteFile(uint32_t ch, const json& msg) {
   if (!path) return endChannelError(ch, path.error());
   auto parent = openParent(root_.get(), *path);
   if (!parent) return endChannelError(ch, parent.error());
-  if (parent->name.empty()) return endChannelError(ch, Error{ErrorKind::kInvalidArgument, 0, "cannot write to the root directory"});
+  if (parent->name.empty())
+    return endChannelError(ch, Error{ErrorKind::kInvalidArgument, 0, "cannot write to the root directory"});
   struct stat st {};
   if (fstatat(parent->dir.get(), parent->name.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0 && !S_ISREG(st.st_mode) &&
       !S_ISLNK(st.st_mode)) {
-    return endChannelError(ch, Error{ErrorKind::kInvalidArgument, 0, fmt::format("{} is {}, only regular files can be written", *path, describeType(st.st_mode))});
+    return endChannelError(
+        ch, Error{ErrorKind::kInvalidArgument, 0,
+                  fmt::format("{} is {}, only regular files can be written", *path, describeType(st.st_mode))});
   }
   uint64_t rnd = 0;
   if (getrandom(&rnd, sizeof rnd, 0) != sizeof rnd) rnd = static_cast<uint64_t>(nowUnixMs()) ^ (uint64_t{ch} << 32);
@@ -244,7 +254,8 @@ void Server::opMkdir(uint32_t ch, const json& msg) {
   mode_t mode = static_cast<mode_t>(protocol::optInt(msg, "mode", 0755)) & 07777;
   auto parts = pathComponents(*path);
   size_t first = parents ? 0 : (parts.empty() ? 0 : parts.size() - 1);
-  if (parts.empty() && !parents) return endChannelError(ch, Error{ErrorKind::kInvalidArgument, EEXIST, "the root directory exists"});
+  if (parts.empty() && !parents)
+    return endChannelError(ch, Error{ErrorKind::kInvalidArgument, EEXIST, "the root directory exists"});
   for (size_t i = first; i < parts.size(); ++i) {
     auto dir = openInRoot(root_.get(), joinComponents(parts, i), O_PATH | O_DIRECTORY);
     if (!dir) return endChannelError(ch, dir.error());
@@ -280,7 +291,8 @@ void Server::opRemove(uint32_t ch, const json& msg) {
   bool recursive = protocol::optBool(msg, "recursive", false);
   auto parent = openParent(root_.get(), *path);
   if (!parent) return endChannelError(ch, parent.error());
-  if (parent->name.empty()) return endChannelError(ch, Error{ErrorKind::kInvalidArgument, 0, "cannot remove the root directory"});
+  if (parent->name.empty())
+    return endChannelError(ch, Error{ErrorKind::kInvalidArgument, 0, "cannot remove the root directory"});
   struct stat st {};
   if (fstatat(parent->dir.get(), parent->name.c_str(), &st, AT_SYMLINK_NOFOLLOW) < 0)
     return endChannelError(ch, clientSysError(errno, "stat {}", *path).value());

@@ -24,7 +24,8 @@ constexpr size_t kMaxSeedBytes = 4096;
 
 Result<std::string> decodeHex(const std::string& hex) {
   if (hex.size() % 2 != 0 || hex.size() / 2 > kMaxSeedBytes)
-    return makeError(ErrorKind::kInvalidArgument, "rng_seed_hex must be an even number of hex digits, at most {} bytes", kMaxSeedBytes);
+    return makeError(ErrorKind::kInvalidArgument, "rng_seed_hex must be an even number of hex digits, at most {} bytes",
+                     kMaxSeedBytes);
   auto nibble = [](char c) -> int {
     if (c >= '0' && c <= '9') return c - '0';
     if (c >= 'a' && c <= 'f') return c - 'a' + 10;
@@ -103,7 +104,8 @@ Result<std::string> onlyNic() {
     }
     closedir(d);
   }
-  if (count != 1) return makeError(ErrorKind::kConflict, "expected exactly one network interface besides lo, found {}", count);
+  if (count != 1)
+    return makeError(ErrorKind::kConflict, "expected exactly one network interface besides lo, found {}", count);
   return found;
 }
 
@@ -135,7 +137,8 @@ Status configureNetwork(const json& net) {
     for (ifaddrs* a = list; a; a = a->ifa_next) {
       if (!a->ifa_addr || a->ifa_addr->sa_family != AF_INET || nic != a->ifa_name) continue;
       uint32_t old = ntohl(reinterpret_cast<sockaddr_in*>(a->ifa_addr)->sin_addr.s_addr);
-      int old_prefix = a->ifa_netmask ? __builtin_popcount(reinterpret_cast<sockaddr_in*>(a->ifa_netmask)->sin_addr.s_addr) : 32;
+      int old_prefix =
+          a->ifa_netmask ? __builtin_popcount(reinterpret_cast<sockaddr_in*>(a->ifa_netmask)->sin_addr.s_addr) : 32;
       if (old == address && old_prefix == prefix) {
         have_address = true;
         continue;
@@ -158,7 +161,8 @@ Status configureNetwork(const json& net) {
     UniqueFd fd(open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0644));
     if (!fd) return sysError(errno, "write /etc/resolv.conf");
     std::string text = "nameserver " + nameserver + "\n";
-    if (write(fd.get(), text.data(), text.size()) != static_cast<ssize_t>(text.size())) return sysError(errno, "write /etc/resolv.conf");
+    if (write(fd.get(), text.data(), text.size()) != static_cast<ssize_t>(text.size()))
+      return sysError(errno, "write /etc/resolv.conf");
     fd.reset();
     unlink("/etc/resolv.conf");  // a symlink into /run (systemd-resolved) is replaced, not followed
     if (rename(tmp, "/etc/resolv.conf") < 0) return sysError(errno, "rename /etc/resolv.conf");

@@ -180,8 +180,8 @@ void Server::opExec(uint32_t ch, const json& msg, bool background) {
   Process& p = **started;
   if (background) {
     forgetOldBackground();
-    return endChannel(ch, {{"event", "done"}, {"id", p.bg_id}, {"pid", p.pid}, {"argv", p.argv},
-                           {"started_unix_ms", p.started_ms}});
+    return endChannel(
+        ch, {{"event", "done"}, {"id", p.bg_id}, {"pid", p.pid}, {"argv", p.argv}, {"started_unix_ms", p.started_ms}});
   }
   Channel& c = openChannel(ch, Channel::Kind::kExec);
   c.proc_key = p.key;
@@ -201,8 +201,10 @@ void Server::pumpProcessFd(Process& p, bool is_err, bool draining) {
       if (n > 0 && !p.bg_id.empty()) p.ring.append(is_err, buf, static_cast<size_t>(n));
       if (n > 0) p.output_bytes += static_cast<uint64_t>(n);
     } else {
-      if (!c) n = 0;  // detached: nobody will read it
-      else if (c->send_credit <= 0 || !outRoom()) return;
+      if (!c)
+        n = 0;  // detached: nobody will read it
+      else if (c->send_credit <= 0 || !outRoom())
+        return;
       else {
         size_t max = std::min<size_t>(protocol::kDataChunk, static_cast<size_t>(c->send_credit));
         char* dst = beginData(is_err ? protocol::FrameType::kDataErr : protocol::FrameType::kDataOut, c->id, max);

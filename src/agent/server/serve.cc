@@ -289,8 +289,9 @@ void Server::handleHello(const Frame& frame) {
   if (!msg) return dropConnection("bad hello: " + msg.error().message);
   int64_t version = protocol::optInt(*msg, "version", -1);
   if (version != protocol::kVersion) {
-    sendControl(0, protocol::errorEvent(Error{ErrorKind::kUnsupported, 0,
-                                              fmt::format("protocol version {} unsupported, agent speaks {}", version, protocol::kVersion)}));
+    sendControl(0, protocol::errorEvent(Error{
+                       ErrorKind::kUnsupported, 0,
+                       fmt::format("protocol version {} unsupported, agent speaks {}", version, protocol::kVersion)}));
     flushConnection();
     return dropConnection("protocol version mismatch");
   }
@@ -332,7 +333,8 @@ void Server::handleFrame(Frame& frame) {
       Channel* c = channel(frame.channel);
       if (!c) return;  // the operation already ended; late data is dropped
       c->recv_allowed -= static_cast<int64_t>(frame.payload.size());
-      if (c->recv_allowed < 0) return dropConnection(fmt::format("host exceeded its credit on channel {}", frame.channel));
+      if (c->recv_allowed < 0)
+        return dropConnection(fmt::format("host exceeded its credit on channel {}", frame.channel));
       return handleDataIn(*c, frame.payload);
     }
     case FrameType::kEofIn:
@@ -372,7 +374,8 @@ void Server::handleRequest(uint32_t ch, const json& msg) {
   } catch (const json::exception& e) {
     // A field of the wrong type deep inside a request: the request is refused, the connection kept.
     channels_.erase(ch);
-    sendControl(ch, protocol::errorEvent(Error{ErrorKind::kInvalidArgument, 0, fmt::format("op {}: {}", op, e.what())}));
+    sendControl(ch,
+                protocol::errorEvent(Error{ErrorKind::kInvalidArgument, 0, fmt::format("op {}: {}", op, e.what())}));
   }
 }
 

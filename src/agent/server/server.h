@@ -11,11 +11,10 @@
 #include <deque>
 #include <map>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "agent/protocol/frame.h"
 #include "agent/server/serve.h"
@@ -26,10 +25,10 @@ namespace space::agent {
 
 using nlohmann::json;
 
-inline constexpr size_t kOutHighWater = 2u << 20;   // stop producing data while this much is unsent
-inline constexpr size_t kRingBytes = 1u << 20;      // output kept per background process
-inline constexpr size_t kMaxBackground = 64;        // background processes running at once
-inline constexpr size_t kMaxBackgroundRecords = 256; // running + exited records kept for list/output
+inline constexpr size_t kOutHighWater = 2u << 20;     // stop producing data while this much is unsent
+inline constexpr size_t kRingBytes = 1u << 20;        // output kept per background process
+inline constexpr size_t kMaxBackground = 64;          // background processes running at once
+inline constexpr size_t kMaxBackgroundRecords = 256;  // running + exited records kept for list/output
 
 // Output of a background process: the newest kRingBytes, each byte at an absolute offset so readers
 // keep a cursor and learn how much was dropped under them.
@@ -61,16 +60,16 @@ struct Process {
   bool pty = false;
   UniqueFd out, err, in, timer;  // agent ends; with a pty, out and in are the master (in a dup)
   uint32_t out_watch = 0, err_watch = 0, in_watch = 0, timer_watch = 0;  // registered epoll events
-  std::string stdin_buf;         // host bytes not yet written to the child (bounded by credit)
-  bool stdin_eof = false;        // close stdin once stdin_buf is written
+  std::string stdin_buf;   // host bytes not yet written to the child (bounded by credit)
+  bool stdin_eof = false;  // close stdin once stdin_buf is written
   bool exited = false;
   int wait_status = 0;
   bool timed_out = false;
   std::optional<uint64_t> oom_kills_at_start;  // the kernel's OOM kill count at spawn, where counted
   bool oom_killed = false;                     // it died of SIGKILL while that count rose (oom_count.cc)
-  uint32_t channel = 0;          // foreground: the host channel; 0 once detached
-  std::string bg_id;             // background: "p1", ...
-  OutputRing ring;               // background output
+  uint32_t channel = 0;                        // foreground: the host channel; 0 once detached
+  std::string bg_id;                           // background: "p1", ...
+  OutputRing ring;                             // background output
   uint64_t output_bytes = 0;
 };
 
@@ -78,11 +77,11 @@ struct Channel {
   enum class Kind { kExec, kReadFile, kWriteFile, kOutput };
   Kind kind = Kind::kExec;
   uint32_t id = 0;
-  int64_t send_credit = protocol::kInitialCredit;  // data bytes the agent may still send
-  int64_t recv_allowed = protocol::kInitialCredit; // data bytes the host may still send
-  uint64_t proc_key = 0;          // kExec, kOutput
-  UniqueFd file;                  // kReadFile: source; kWriteFile: temporary file
-  UniqueFd dir;                   // kWriteFile: target directory
+  int64_t send_credit = protocol::kInitialCredit;   // data bytes the agent may still send
+  int64_t recv_allowed = protocol::kInitialCredit;  // data bytes the host may still send
+  uint64_t proc_key = 0;                            // kExec, kOutput
+  UniqueFd file;                                    // kReadFile: source; kWriteFile: temporary file
+  UniqueFd dir;                                     // kWriteFile: target directory
   std::string tmp_name, final_name;
   uint32_t mode = 0644;           // kWriteFile: permission bits of the committed file
   uint64_t bytes = 0;             // transferred so far
@@ -90,7 +89,7 @@ struct Channel {
   uint64_t stop_at = UINT64_MAX;  // kOutput without follow: ring end when asked
   uint64_t dropped = 0;           // kOutput: bytes lost to the ring before this reader saw them
   bool follow = false;
-  bool cancelled = false;         // kExec: the host gave up; output is discarded, the exit still sent
+  bool cancelled = false;  // kExec: the host gave up; output is discarded, the exit still sent
 };
 
 // Exit status as the protocol reports it.

@@ -18,13 +18,13 @@ struct SpawnSpec {
   std::vector<std::string> env;         // "KEY=VALUE"
   std::vector<std::string> candidates;  // executable paths to try in order (PATH lookup result)
   std::string cwd;
-  bool cwd_fallback_to_root = false;    // cwd was a default: fall back to "/" if it cannot be entered
+  bool cwd_fallback_to_root = false;  // cwd was a default: fall back to "/" if it cannot be entered
   bool set_user = false;
   uid_t uid = 0;
   gid_t gid = 0;
   std::vector<gid_t> groups;
   int stdin_fd = -1, stdout_fd = -1, stderr_fd = -1;  // become the child's 0, 1, 2
-  bool controlling_tty = false;         // make stdin (a pty slave) the controlling terminal
+  bool controlling_tty = false;                       // make stdin (a pty slave) the controlling terminal
 };
 
 // The paths execve should try for argv0, searching path_env like execvp when argv0 has no slash.

@@ -20,17 +20,20 @@ Status parseProcessFields(const JsonInput& in, agent::ExecRequest& req) {
   ASSIGN_OR_RETURN(auto cmd, in.stringArray("cmd", 4096));
   ASSIGN_OR_RETURN(auto shell, in.string("shell", 256 * 1024));
   if (cmd.has_value() == shell.has_value()) {
-    return makeError(ErrorKind::kInvalidArgument, "give exactly one of cmd (an argv array) or shell (a string for /bin/sh -c)");
+    return makeError(ErrorKind::kInvalidArgument,
+                     "give exactly one of cmd (an argv array) or shell (a string for /bin/sh -c)");
   }
   if (cmd) {
-    if (cmd->empty() || (*cmd)[0].empty()) return makeError(ErrorKind::kInvalidArgument, "cmd must name a program: [\"ls\", \"-l\"]");
+    if (cmd->empty() || (*cmd)[0].empty())
+      return makeError(ErrorKind::kInvalidArgument, "cmd must name a program: [\"ls\", \"-l\"]");
     req.argv = std::move(*cmd);
   } else {
     req.argv = {"/bin/sh", "-c", std::move(*shell)};
   }
   ASSIGN_OR_RETURN(req.env, in.stringMap("env", 256));
   for (const auto& [k, v] : req.env) {
-    if (k.empty() || k.find('=') != std::string::npos) return makeError(ErrorKind::kInvalidArgument, "env name '{}' is not valid", k.substr(0, 64));
+    if (k.empty() || k.find('=') != std::string::npos)
+      return makeError(ErrorKind::kInvalidArgument, "env name '{}' is not valid", k.substr(0, 64));
   }
   ASSIGN_OR_RETURN(auto cwd, in.string("cwd", 4096));
   if (cwd) {
@@ -48,7 +51,8 @@ Status parseProcessFields(const JsonInput& in, agent::ExecRequest& req) {
 Status parseTimeout(const JsonInput& in, agent::ExecRequest& req) {
   ASSIGN_OR_RETURN(auto timeout, in.number("timeout_s"));
   if (timeout) {
-    if (!(*timeout >= 0) || *timeout > 7 * 24 * 3600) return makeError(ErrorKind::kInvalidArgument, "timeout_s must be from 0 (none) to 604800");
+    if (!(*timeout >= 0) || *timeout > 7 * 24 * 3600)
+      return makeError(ErrorKind::kInvalidArgument, "timeout_s must be from 0 (none) to 604800");
     req.timeout_s = *timeout;
   }
   return ok();
@@ -74,7 +78,8 @@ Result<agent::ExecEvent> nextWhileClientStays(agent::ExecStream& stream, http::R
 
 Result<ExecCommand> parseExec(std::string_view body, bool foreground) {
   // Two named lists: an initializer_list chosen by ?: would point at arrays that die with the expression.
-  static const std::initializer_list<std::string_view> kForegroundFields = {"cmd", "shell", "env", "cwd", "user", "stdin", "timeout_s"};
+  static const std::initializer_list<std::string_view> kForegroundFields = {"cmd",  "shell", "env",      "cwd",
+                                                                            "user", "stdin", "timeout_s"};
   static const std::initializer_list<std::string_view> kBackgroundFields = {"cmd", "shell", "env", "cwd", "user"};
   ASSIGN_OR_RETURN(auto in, JsonInput::parse(body, foreground ? kForegroundFields : kBackgroundFields));
   ExecCommand out;
@@ -106,7 +111,8 @@ Result<ExecControl> parseExecControl(std::string_view text) {
     ASSIGN_OR_RETURN(int signo, parseSignalBody(nlohmann::json{{"signal", in.raw()["signal"]}}.dump()));
     return ExecControl{ExecControl::Kind::kSignal, signo};
   }
-  return makeError(ErrorKind::kInvalidArgument, "control message must be {\"type\":\"eof\"} or {\"type\":\"signal\",\"signal\":\"INT\"}");
+  return makeError(ErrorKind::kInvalidArgument,
+                   "control message must be {\"type\":\"eof\"} or {\"type\":\"signal\",\"signal\":\"INT\"}");
 }
 
 // A SIGKILL while the sandbox's OOM kill counter went up is the memory limit's doing: the exit line says

@@ -12,8 +12,12 @@ namespace {
 constexpr size_t kChunk = 64 * 1024;
 
 nlohmann::json statJson(const agent::FileStat& s) {
-  nlohmann::json j = {{"name", s.name}, {"type", s.type},       {"size", s.size},
-                      {"mode", s.mode}, {"uid", s.uid},         {"gid", s.gid},
+  nlohmann::json j = {{"name", s.name},
+                      {"type", s.type},
+                      {"size", s.size},
+                      {"mode", s.mode},
+                      {"uid", s.uid},
+                      {"gid", s.gid},
                       {"mtime_unix_ms", s.mtime_unix_ms}};
   if (s.type == "symlink") j["link_target"] = s.link_target;
   return j;
@@ -64,18 +68,27 @@ Status upload(RouteContext& ctx) {
 Status downloadTree(RouteContext& ctx) {
   ASSIGN_OR_RETURN(std::string path, pathParam(ctx.req));
   ASSIGN_OR_RETURN(auto agent, ctx.manager.agent(ctx.param("id")));
-  return about("file", writeTreeArchive(*agent, path, [&](std::string_view data) -> Status {
-    if (!ctx.resp.started()) TRY(ctx.resp.beginStream(200, "application/x-tar", std::nullopt));
-    return ctx.resp.write(data);
-  })).and_then([&] { return ctx.resp.started() ? ctx.resp.end() : ctx.resp.send(200, "application/x-tar", ""); });
+  return about("file", writeTreeArchive(*agent, path,
+                                        [&](std::string_view data) -> Status {
+                                          if (!ctx.resp.started())
+                                            TRY(ctx.resp.beginStream(200, "application/x-tar", std::nullopt));
+                                          return ctx.resp.write(data);
+                                        }))
+      .and_then([&] { return ctx.resp.started() ? ctx.resp.end() : ctx.resp.send(200, "application/x-tar", ""); });
 }
 
 Status uploadTree(RouteContext& ctx) {
   ASSIGN_OR_RETURN(std::string path, pathParam(ctx.req));
   ASSIGN_OR_RETURN(auto agent, ctx.manager.agent(ctx.param("id")));
-  ASSIGN_OR_RETURN(auto counts, about("file", extractTreeArchive(*agent, path, [&](char* out, size_t max) { return ctx.body.read(out, max); })));
-  return sendJson(ctx.resp, 201, {{"path", path}, {"files", counts.files}, {"dirs", counts.dirs},
-                                  {"bytes", counts.bytes}, {"skipped", counts.skipped}});
+  ASSIGN_OR_RETURN(
+      auto counts,
+      about("file", extractTreeArchive(*agent, path, [&](char* out, size_t max) { return ctx.body.read(out, max); })));
+  return sendJson(ctx.resp, 201,
+                  {{"path", path},
+                   {"files", counts.files},
+                   {"dirs", counts.dirs},
+                   {"bytes", counts.bytes},
+                   {"skipped", counts.skipped}});
 }
 
 }  // namespace

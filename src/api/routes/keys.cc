@@ -9,13 +9,15 @@ namespace space::api {
 namespace {
 
 nlohmann::json keyJson(const store::ApiKeyRecord& k) {
-  return {{"id", k.id}, {"name", k.name}, {"prefix", k.prefix}, {"created_ms", k.created_ms}, {"revoked_ms", k.revoked_ms}};
+  return {
+      {"id", k.id}, {"name", k.name}, {"prefix", k.prefix}, {"created_ms", k.created_ms}, {"revoked_ms", k.revoked_ms}};
 }
 
 Status requireLocal(RouteContext& ctx) {
   if (ctx.req.trusted) return ok();
   ctx.error_status = 403;
-  return makeError(ErrorKind::kUnauthenticated, "API keys can be managed only over the unix socket, on the daemon's host");
+  return makeError(ErrorKind::kUnauthenticated,
+                   "API keys can be managed only over the unix socket, on the daemon's host");
 }
 
 }  // namespace

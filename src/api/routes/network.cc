@@ -24,7 +24,8 @@ nlohmann::json secretJson(const store::SecretRecord& r) {
 }  // namespace
 
 Result<nlohmann::json> parseNetworkPolicy(const nlohmann::json& j) {
-  if (!j.is_object()) return makeError(ErrorKind::kInvalidArgument, "network must be an object {\"mode\": ..., \"rules\": [...]}");
+  if (!j.is_object())
+    return makeError(ErrorKind::kInvalidArgument, "network must be an object {\"mode\": ..., \"rules\": [...]}");
   for (const auto& [k, v] : j.items())
     if (k != "mode" && k != "rules" && k != "tls")
       return makeError(ErrorKind::kInvalidArgument, "network: unknown field '{}' (allowed: mode, rules, tls)",
@@ -55,7 +56,8 @@ Result<core::SetSecret> parseSetSecret(std::string_view body) {
   if (!value || value->empty()) return makeError(ErrorKind::kInvalidArgument, "value is required (at most 64 KiB)");
   cmd.value = *value;
   ASSIGN_OR_RETURN(auto hosts, in.stringArray("hosts", 32));
-  if (!hosts || hosts->empty()) return makeError(ErrorKind::kInvalidArgument, "hosts is required: the names the secret may be sent to");
+  if (!hosts || hosts->empty())
+    return makeError(ErrorKind::kInvalidArgument, "hosts is required: the names the secret may be sent to");
   cmd.hosts = *hosts;
   ASSIGN_OR_RETURN(auto header, in.string("header", 128));
   if (header) cmd.header = *header;
@@ -87,7 +89,9 @@ void registerNetworkRoutes(Router& r) {
   r.add("GET", "/v1/sandboxes/{id}/network/log", [](RouteContext& ctx) -> Status {
     bool follow = false;
     for (const auto& [k, v] : ctx.req.query) {
-      if (k != "follow") return makeError(ErrorKind::kInvalidArgument, "unknown query parameter '{}' (allowed: follow)", k.substr(0, 64));
+      if (k != "follow")
+        return makeError(ErrorKind::kInvalidArgument, "unknown query parameter '{}' (allowed: follow)",
+                         k.substr(0, 64));
       follow = v == "1" || v == "true";
     }
     // Errors before the first line (unknown sandbox, egress off) still get their status.

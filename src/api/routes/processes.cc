@@ -61,7 +61,8 @@ void registerProcessRoutes(Router& r) {
       ASSIGN_OR_RETURN(follow, parseFlag("follow", *f));
     }
     ASSIGN_OR_RETURN(auto agent, ctx.manager.agent(ctx.param("id")));
-    ASSIGN_OR_RETURN(std::unique_ptr<agent::OutputReader> reader, about("process", agent->readOutput(ctx.param("pid"), follow)));
+    ASSIGN_OR_RETURN(std::unique_ptr<agent::OutputReader> reader,
+                     about("process", agent->readOutput(ctx.param("pid"), follow)));
     TRY(ctx.resp.beginStream(200, "application/x-ndjson", std::nullopt));
     TRY(streamEvents(ctx.resp, [&] { return reader->next(); }));
     return ctx.resp.end();

@@ -27,7 +27,8 @@ Result<agent::ExecRequest> parsePtyQuery(const http::Request& req) {
   std::vector<std::string> args;
   for (const auto& [key, value] : req.query) {
     if (key == "cmd") {
-      if (value.empty() || value.size() > 4096) return makeError(ErrorKind::kInvalidArgument, "cmd must name a program, e.g. cmd=/bin/bash");
+      if (value.empty() || value.size() > 4096)
+        return makeError(ErrorKind::kInvalidArgument, "cmd must name a program, e.g. cmd=/bin/bash");
       cmd = value;
     } else if (key == "arg") {
       if (args.size() >= 256) return makeError(ErrorKind::kInvalidArgument, "too many arg parameters");
@@ -49,7 +50,9 @@ Result<agent::ExecRequest> parsePtyQuery(const http::Request& req) {
       if (eq == std::string::npos || eq == 0) return makeError(ErrorKind::kInvalidArgument, "env must be KEY=VALUE");
       out.env[value.substr(0, eq)] = value.substr(eq + 1);
     } else {
-      return makeError(ErrorKind::kInvalidArgument, "unknown query parameter '{}' (allowed: cmd, arg, rows, cols, cwd, user, env)", key.substr(0, 64));
+      return makeError(ErrorKind::kInvalidArgument,
+                       "unknown query parameter '{}' (allowed: cmd, arg, rows, cols, cwd, user, env)",
+                       key.substr(0, 64));
     }
   }
   out.argv.push_back(cmd);

@@ -20,14 +20,16 @@ namespace {
 
 constexpr uint64_t kMiB = 1ull << 20;
 constexpr int64_t kMinMemoryMiB = 16, kMinDiskMiB = 16, kMaxDiskMiB = 16ll << 20;  // 16 TiB
-constexpr int64_t kMinPids = 8, kMaxPids = 4194304;                               // the kernel's pid_max
+constexpr int64_t kMinPids = 8, kMaxPids = 4194304;                                // the kernel's pid_max
 constexpr double kMaxCpus = 64;
 
 Status checkEnv(const std::map<std::string, std::string>& env) {
   for (const auto& [k, v] : env) {
     bool valid = !k.empty() && k.size() <= 256 && !(k[0] >= '0' && k[0] <= '9');
-    for (char c : k) valid = valid && ((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_');
-    if (!valid) return makeError(ErrorKind::kInvalidArgument, "env name '{}' must match [A-Za-z_][A-Za-z0-9_]*", k.substr(0, 64));
+    for (char c : k)
+      valid = valid && ((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_');
+    if (!valid)
+      return makeError(ErrorKind::kInvalidArgument, "env name '{}' must match [A-Za-z_][A-Za-z0-9_]*", k.substr(0, 64));
     if (v.size() > 32768) return makeError(ErrorKind::kInvalidArgument, "env value of '{}' is longer than 32 KiB", k);
   }
   return ok();
@@ -40,7 +42,8 @@ Status checkLabels(const std::map<std::string, std::string>& labels) {
       valid = valid && ((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '-' ||
                         c == '_' || c == '.' || c == '/');
     }
-    if (!valid) return makeError(ErrorKind::kInvalidArgument, "label key '{}' must be 1-63 of [A-Za-z0-9._/-]", k.substr(0, 64));
+    if (!valid)
+      return makeError(ErrorKind::kInvalidArgument, "label key '{}' must be 1-63 of [A-Za-z0-9._/-]", k.substr(0, 64));
     if (v.size() > 255 || v.find('=') != std::string::npos) {
       return makeError(ErrorKind::kInvalidArgument, "label value of '{}' must be at most 255 bytes without '='", k);
     }
@@ -71,7 +74,8 @@ Result<core::CreateSandbox> parseCreateSandbox(std::string_view body, uint64_t h
   if (cold_boot) cmd.cold_boot = *cold_boot;
   ASSIGN_OR_RETURN(auto cpus, in.number("cpus"));
   if (cpus) {
-    if (!(*cpus > 0) || *cpus > kMaxCpus) return makeError(ErrorKind::kInvalidArgument, "cpus must be more than 0 and at most {} (e.g. 0.5)", kMaxCpus);
+    if (!(*cpus > 0) || *cpus > kMaxCpus)
+      return makeError(ErrorKind::kInvalidArgument, "cpus must be more than 0 and at most {} (e.g. 0.5)", kMaxCpus);
     long millis = std::lround(*cpus * 1000);
     cmd.cpu_millis = static_cast<uint32_t>(millis < 1 ? 1 : millis);
   }
@@ -79,18 +83,21 @@ Result<core::CreateSandbox> parseCreateSandbox(std::string_view body, uint64_t h
   if (memory) {
     int64_t host_mib = static_cast<int64_t>(host_memory_bytes / kMiB);
     if (*memory < kMinMemoryMiB || *memory > host_mib) {
-      return makeError(ErrorKind::kInvalidArgument, "memory_mib must be from {} to {} (this host's RAM)", kMinMemoryMiB, host_mib);
+      return makeError(ErrorKind::kInvalidArgument, "memory_mib must be from {} to {} (this host's RAM)", kMinMemoryMiB,
+                       host_mib);
     }
     cmd.memory_bytes = static_cast<uint64_t>(*memory) * kMiB;
   }
   ASSIGN_OR_RETURN(auto pids, in.integer("pids"));
   if (pids) {
-    if (*pids < kMinPids || *pids > kMaxPids) return makeError(ErrorKind::kInvalidArgument, "pids must be from {} to {}", kMinPids, kMaxPids);
+    if (*pids < kMinPids || *pids > kMaxPids)
+      return makeError(ErrorKind::kInvalidArgument, "pids must be from {} to {}", kMinPids, kMaxPids);
     cmd.pids = static_cast<uint32_t>(*pids);
   }
   ASSIGN_OR_RETURN(auto disk, in.integer("disk_mib"));
   if (disk) {
-    if (*disk < kMinDiskMiB || *disk > kMaxDiskMiB) return makeError(ErrorKind::kInvalidArgument, "disk_mib must be from {} to {}", kMinDiskMiB, kMaxDiskMiB);
+    if (*disk < kMinDiskMiB || *disk > kMaxDiskMiB)
+      return makeError(ErrorKind::kInvalidArgument, "disk_mib must be from {} to {}", kMinDiskMiB, kMaxDiskMiB);
     cmd.disk_bytes = static_cast<uint64_t>(*disk) * kMiB;
   }
   ASSIGN_OR_RETURN(cmd.env, in.stringMap("env", 256));
@@ -114,7 +121,8 @@ Result<core::CreateSandbox> parseCreateSandbox(std::string_view body, uint64_t h
   ASSIGN_OR_RETURN(auto ttl, in.integer("ttl_s"));
   if (ttl) {
     // The daemon's max_ttl_s caps it further; here only what can never make sense.
-    if (*ttl < 0 || *ttl > 365ll * 24 * 3600) return makeError(ErrorKind::kInvalidArgument, "ttl_s must be from 0 (daemon default) to 31536000");
+    if (*ttl < 0 || *ttl > 365ll * 24 * 3600)
+      return makeError(ErrorKind::kInvalidArgument, "ttl_s must be from 0 (daemon default) to 31536000");
     cmd.ttl_s = *ttl;
   }
   ASSIGN_OR_RETURN(auto idle, in.integer("idle_pause_s"));
@@ -135,16 +143,20 @@ Result<core::ListSandboxes> parseListSandboxes(const http::Request& req) {
   for (const auto& [key, value] : req.query) {
     if (key == "label") {
       size_t eq = value.find('=');
-      if (eq == std::string::npos || eq == 0) return makeError(ErrorKind::kInvalidArgument, "label filter must be KEY=VALUE");
+      if (eq == std::string::npos || eq == 0)
+        return makeError(ErrorKind::kInvalidArgument, "label filter must be KEY=VALUE");
       cmd.labels[value.substr(0, eq)] = value.substr(eq + 1);
     } else if (key == "state") {
       static const char* kStates[] = {"starting", "running", "paused", "stopped", "failed", "deleting"};
       bool known = false;
       for (const char* s : kStates) known = known || value == s;
-      if (!known) return makeError(ErrorKind::kInvalidArgument, "state must be one of starting, running, paused, stopped, failed, deleting");
+      if (!known)
+        return makeError(ErrorKind::kInvalidArgument,
+                         "state must be one of starting, running, paused, stopped, failed, deleting");
       cmd.state = value;
     } else {
-      return makeError(ErrorKind::kInvalidArgument, "unknown query parameter '{}' (allowed: label, state)", key.substr(0, 64));
+      return makeError(ErrorKind::kInvalidArgument, "unknown query parameter '{}' (allowed: label, state)",
+                       key.substr(0, 64));
     }
   }
   TRY(checkLabels(cmd.labels));
@@ -313,9 +325,15 @@ void registerSandboxRoutes(Router& r) {
 }
 
 nlohmann::json snapshotJson(const store::SnapshotRecord& s) {
-  return {{"id", s.id},         {"sandbox_id", s.sandbox_id}, {"name", s.name},
-          {"runtime", s.runtime}, {"kind", s.kind},           {"size_bytes", s.size_bytes},
-          {"origin", s.origin}, {"created_ms", s.created_ms}, {"created", isoTimeMs(s.created_ms)},
+  return {{"id", s.id},
+          {"sandbox_id", s.sandbox_id},
+          {"name", s.name},
+          {"runtime", s.runtime},
+          {"kind", s.kind},
+          {"size_bytes", s.size_bytes},
+          {"origin", s.origin},
+          {"created_ms", s.created_ms},
+          {"created", isoTimeMs(s.created_ms)},
           {"processes", s.kind == "full"}};
 }
 

@@ -7,9 +7,7 @@
 namespace space::api {
 
 void registerSystemRoutes(Router& r) {
-  r.add("GET", "/healthz", [](RouteContext& ctx) -> Status {
-    return sendJson(ctx.resp, 200, {{"status", "ok"}});
-  });
+  r.add("GET", "/healthz", [](RouteContext& ctx) -> Status { return sendJson(ctx.resp, 200, {{"status", "ok"}}); });
   // What this node offers: the isolation tiers, their accelerator (with what is known of KVM) and
   // capabilities, and whether egress is on.
   r.add("GET", "/v1/node", [](RouteContext& ctx) -> Status {

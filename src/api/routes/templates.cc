@@ -18,8 +18,12 @@ namespace space::api {
 namespace {
 
 nlohmann::json templateJson(const store::TemplateRecord& t) {
-  return {{"id", t.id},           {"name", t.name},           {"rootfs", t.rootfs},
-          {"source", t.source},   {"size_bytes", t.size_bytes}, {"created_ms", t.created_ms}};
+  return {{"id", t.id},
+          {"name", t.name},
+          {"rootfs", t.rootfs},
+          {"source", t.source},
+          {"size_bytes", t.size_bytes},
+          {"created_ms", t.created_ms}};
 }
 
 // Runs the build with its output as NDJSON progress lines; the last line is the template, with the
@@ -84,7 +88,8 @@ Result<core::BuildTemplate> parseBuildTemplate(std::string_view body) {
       for (const auto& p : *packages) {
         // Package names go onto a command line: allow only what Debian allows in a name.
         bool valid = !p.empty() && p.size() <= 128 && std::isalnum(static_cast<unsigned char>(p[0]));
-        for (char c : p) valid = valid && (std::isalnum(static_cast<unsigned char>(c)) || c == '+' || c == '-' || c == '.');
+        for (char c : p)
+          valid = valid && (std::isalnum(static_cast<unsigned char>(c)) || c == '+' || c == '-' || c == '.');
         if (!valid) return makeError(ErrorKind::kInvalidArgument, "'{}' is not a Debian package name", p.substr(0, 64));
       }
       cmd.packages = *packages;

@@ -1,8 +1,8 @@
 // Backend choice and the small file helpers both backends share.
 #include <dirent.h>
 #include <fcntl.h>
-#include <poll.h>
 #include <linux/magic.h>
+#include <poll.h>
 #include <sys/stat.h>
 #include <sys/vfs.h>
 #include <unistd.h>
@@ -119,7 +119,8 @@ Status waitCgroupEvent(const std::string& events_path, const std::string& want) 
       pos = nl + 1;
     }
     auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
-    if (left.count() <= 0) return makeError(ErrorKind::kUnavailable, "{} did not reach '{}': {}", events_path, want, text);
+    if (left.count() <= 0)
+      return makeError(ErrorKind::kUnavailable, "{} did not reach '{}': {}", events_path, want, text);
     // kernfs signals a change with POLLPRI; a 1 ms cap covers a notification that raced the read.
     pollfd pfd{fd.get(), POLLPRI, 0};
     (void)poll(&pfd, 1, static_cast<int>(std::min<int64_t>(left.count(), 1)));

@@ -69,7 +69,8 @@ class CgroupV2 : public CgroupBackend {
     }
     TRY(writeCgroupFile(d + "/cgroup.freeze", frozen ? "1" : "0"));
     std::string want = frozen ? "frozen 1" : "frozen 0";
-    return waitCgroupState(d + "/cgroup.events", [&](const std::string& t) { return t.find(want) != std::string::npos; });
+    return waitCgroupState(d + "/cgroup.events",
+                           [&](const std::string& t) { return t.find(want) != std::string::npos; });
   }
 
   Result<std::vector<pid_t>> processes(const std::string& id) override {

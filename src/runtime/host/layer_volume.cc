@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <linux/fs.h>
 #include <spawn.h>
+#include <spdlog/spdlog.h>
 #include <sys/ioctl.h>
 #include <sys/mount.h>
 #include <sys/stat.h>
@@ -13,8 +14,6 @@
 #include <fstream>
 #include <sstream>
 #include <vector>
-
-#include <spdlog/spdlog.h>
 
 #include "common/unique_fd.h"
 #include "sys/host_command.h"
@@ -146,8 +145,7 @@ void ensureVolumeReserve(const LayerVolume& v) {
   struct stat st;
   if (stat(path.c_str(), &st) == 0 && static_cast<uint64_t>(st.st_blocks) * 512 >= kVolumeReserveBytes) return;
   struct statvfs vfs;
-  if (statvfs(v.root.c_str(), &vfs) < 0 ||
-      static_cast<uint64_t>(vfs.f_bavail) * vfs.f_frsize < 2 * kVolumeReserveBytes)
+  if (statvfs(v.root.c_str(), &vfs) < 0 || static_cast<uint64_t>(vfs.f_bavail) * vfs.f_frsize < 2 * kVolumeReserveBytes)
     return;
   std::string tmp = path + ".tmp";
   UniqueFd fd(open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600));

@@ -51,7 +51,8 @@ Status relinkNetwork(pid_t pid, const nlohmann::json& state) {
   if (!subnet) return ok();
   std::string link = persistedLink(state);
   // The old namespace's end goes with it, asynchronously: the host end may still be there.
-  if (auto st = net::deleteHostLink(link); !st && st.error().kind != ErrorKind::kNotFound && st.error().sys_errno != ENODEV)
+  if (auto st = net::deleteHostLink(link);
+      !st && st.error().kind != ErrorKind::kNotFound && st.error().sys_errno != ENODEV)
     return st;
   std::string ns_path = "/proc/" + std::to_string(pid) + "/ns/net";
   UniqueFd ns(open(ns_path.c_str(), O_RDONLY | O_CLOEXEC));
@@ -76,8 +77,12 @@ Status detachNetwork(net::AddressPool& pool, const nlohmann::json& state) {
 
 std::map<std::string, std::string> proxyEnv(const net::SandboxSubnet& subnet, const NetworkConfig& config) {
   std::string proxy = fmt::format("http://{}:{}", subnet.hostText(), config.explicit_proxy_port);
-  return {{"HTTP_PROXY", proxy},  {"HTTPS_PROXY", proxy}, {"http_proxy", proxy},
-          {"https_proxy", proxy}, {"NO_PROXY", "localhost,127.0.0.1"}, {"no_proxy", "localhost,127.0.0.1"}};
+  return {{"HTTP_PROXY", proxy},
+          {"HTTPS_PROXY", proxy},
+          {"http_proxy", proxy},
+          {"https_proxy", proxy},
+          {"NO_PROXY", "localhost,127.0.0.1"},
+          {"no_proxy", "localhost,127.0.0.1"}};
 }
 
 void removeUnknownLinks(const std::set<std::string>& keep) {
@@ -91,7 +96,8 @@ void removeUnknownLinks(const std::set<std::string>& keep) {
   if_freenameindex(list);
   for (const auto& name : stale) {
     spdlog::warn("reconcile: removing sandbox link {} that belongs to no sandbox", name);
-    if (auto st = net::deleteHostLink(name); !st) spdlog::error("reconcile: delete link {}: {}", name, st.error().message);
+    if (auto st = net::deleteHostLink(name); !st)
+      spdlog::error("reconcile: delete link {}: {}", name, st.error().message);
   }
 }
 

@@ -19,12 +19,12 @@
 
 #include "common/defer.h"
 #include "common/ids.h"
+#include "runtime/host/layer_volume.h"
 #include "runtime/jail/inside/handshake.h"
 #include "runtime/jail/inside/seccomp.h"
 #include "runtime/jail/launch.h"
 #include "runtime/jail/launch_steps.h"
 #include "runtime/jail/layer_disk.h"
-#include "runtime/host/layer_volume.h"
 #include "runtime/jail/userns.h"
 #include "sys/process.h"
 
@@ -143,7 +143,8 @@ Result<std::unique_ptr<JailRuntime>> JailRuntime::create(const JailConfig& confi
   spdlog::info("jail runtime: cgroup {}", cgroups->kind() == CgroupKind::kV1 ? "v1" : "v2");
   ASSIGN_OR_RETURN(UniqueFd agent_fd, sealedCopy(config.agent_binary));
   ASSIGN_OR_RETURN(LayerVolume volume, openLayerVolume(config.state_dir, config.volume_bytes));
-  spdlog::info("jail runtime: layers and snapshots on {}{}", volume.root, volume.own_mount ? " (SPACE's XFS volume)" : "");
+  spdlog::info("jail runtime: layers and snapshots on {}{}", volume.root,
+               volume.own_mount ? " (SPACE's XFS volume)" : "");
   auto runtime = std::unique_ptr<JailRuntime>(new JailRuntime(config, std::move(cgroups), std::move(policy)));
   runtime->agent_fd_ = std::move(agent_fd);
   ensureVolumeReserve(volume);
@@ -171,14 +172,15 @@ Result<Instance> JailRuntime::startFrom(const SandboxSpec& spec, const std::stri
   LaunchVariant variant = base_image.empty() ? LaunchVariant::kFresh : LaunchVariant::kFork;
   Status launched = launch(variant, spec, persisted, base_image, base_uid);
   if (!launched) return tl::unexpected(launched.error().context("start sandbox " + spec.id));
-  ASSIGN_OR_RETURN(auto agent, connectAgent(persisted).map_error([&](Error e) { return e.context("start sandbox " + spec.id); }));
+  ASSIGN_OR_RETURN(auto agent,
+                   connectAgent(persisted).map_error([&](Error e) { return e.context("start sandbox " + spec.id); }));
   unwind.dismiss();
   return Instance{spec.id, persisted.state["pid"].get<int>(), std::move(agent), std::move(persisted)};
 }
 
 Result<std::shared_ptr<agent::AgentClient>> JailRuntime::connectAgent(const PersistedInstance& persisted) {
-  auto agent = agent::AgentClient::connectUnix(persisted.state["dir"].get<std::string>() + "/agent.sock",
-                                               kAgentConnectTimeout);
+  auto agent =
+      agent::AgentClient::connectUnix(persisted.state["dir"].get<std::string>() + "/agent.sock", kAgentConnectTimeout);
   if (!agent) return tl::unexpected(agent.error().context("connect agent"));
   if (auto subnet = persistedSubnet(persisted.state)) {
     // The resolver is space-egress's, reached at the host end (nftables redirects UDP/53 to it).
@@ -229,8 +231,7 @@ Status JailRuntime::destroy(const PersistedInstance& in) {
   TRY(killCgroupProcesses(s.value("cgroup", inst.id)));
   TRY(cgroups_->remove(s.value("cgroup", inst.id)));
   // Only a directory this runtime created: a failed start must not delete a pre-existing one.
-  if (!dir.empty() && s.value("dir_created", false))
-    TRY(removeLayerDisk(dir, s.value("image", dir + "/disk.img")));
+  if (!dir.empty() && s.value("dir_created", false)) TRY(removeLayerDisk(dir, s.value("image", dir + "/disk.img")));
   if (config_.network_pool) TRY(detachNetwork(*config_.network_pool, s));
   return ok();
 }
@@ -288,7 +289,8 @@ Result<uint64_t> JailRuntime::writeGeneration(const PersistedInstance& inst) {
   std::istringstream fields(stat);
   uint64_t v[7] = {};
   for (auto& x : v)
-    if (!(fields >> x)) return makeError(ErrorKind::kInternal, "sandbox {}: unreadable /sys/dev/block/{}/stat", inst.id, device);
+    if (!(fields >> x))
+      return makeError(ErrorKind::kInternal, "sandbox {}: unreadable /sys/dev/block/{}/stat", inst.id, device);
   return v[6];  // sectors written
 }
 
@@ -327,8 +329,10 @@ Result<runtime::SnapshotRef> JailRuntime::snapshot(Instance& inst, runtime::Snap
   std::string dir = state.value("dir", std::string());
   std::string image = state.value("image", dir + "/disk.img");
   if (image.rfind(volume_.layersDir() + "/", 0) != 0)
-    return makeError(ErrorKind::kUnsupported, "sandbox {} was made before snapshots existed (its layer is not "
-                     "on the layer volume)", inst.id);
+    return makeError(ErrorKind::kUnsupported,
+                     "sandbox {} was made before snapshots existed (its layer is not "
+                     "on the layer volume)",
+                     inst.id);
   TRY(checkVolumeSpace("snapshot " + inst.id));
   runtime::SnapshotRef ref;
   ref.id = "snap-" + randomHex(8);
@@ -356,8 +360,11 @@ Result<runtime::SnapshotRef> JailRuntime::snapshot(Instance& inst, runtime::Snap
     if (syncfs(rootfd.get()) < 0) return sysError(errno, "syncfs of sandbox {}", inst.id);
     TRY(cloneFile(image, tmp + "/disk.img", 0400));
   }
-  nlohmann::json meta = {{"id", ref.id},           {"sandbox", inst.id}, {"kind", ref.kind},
-                         {"runtime", "jail"},      {"created_ms", nowUnixMs()},
+  nlohmann::json meta = {{"id", ref.id},
+                         {"sandbox", inst.id},
+                         {"kind", ref.kind},
+                         {"runtime", "jail"},
+                         {"created_ms", nowUnixMs()},
                          {"template_rootfs", state.value("rootfs_template", std::string())},
                          {"uid_base", state.value("uid_base", 0u)}};
   TRY(writeFileDurably(tmp + "/snapshot.json", meta.dump(2) + "\n"));
@@ -371,7 +378,8 @@ Result<runtime::SnapshotRef> JailRuntime::snapshot(Instance& inst, runtime::Snap
 }
 
 Result<Instance> JailRuntime::restore(const runtime::SnapshotRef& ref, const SandboxSpec& spec) {
-  if (ref.kind != "filesystem") return makeError(ErrorKind::kInvalidArgument, "snapshot {} is not a jail snapshot", ref.id);
+  if (ref.kind != "filesystem")
+    return makeError(ErrorKind::kInvalidArgument, "snapshot {} is not a jail snapshot", ref.id);
   std::ifstream in(ref.path + "/snapshot.json");
   auto meta = nlohmann::json::parse(in, nullptr, false);
   if (!meta.is_object() || !meta.contains("uid_base"))
@@ -383,7 +391,8 @@ Result<Instance> JailRuntime::restore(const runtime::SnapshotRef& ref, const San
 // Rollback: every process of the sandbox stops, the layer image becomes a clone of the snapshot's, and
 // the sandbox starts again on it in place: same directory, cgroup, uid range and network address.
 Result<Instance> JailRuntime::rollback(Instance& inst, const runtime::SnapshotRef& ref) {
-  if (ref.kind != "filesystem") return makeError(ErrorKind::kInvalidArgument, "snapshot {} is not a jail snapshot", ref.id);
+  if (ref.kind != "filesystem")
+    return makeError(ErrorKind::kInvalidArgument, "snapshot {} is not a jail snapshot", ref.id);
   PersistedInstance persisted = inst.persisted;
   auto& state = persisted.state;
   std::string dir = state.value("dir", std::string());
@@ -454,7 +463,8 @@ Result<Instance> JailRuntime::relaunchInPlace(PersistedInstance persisted, uint3
   spec.uid_count = state.value("uid_count", 65536u);
   spec.limits.nofile = state.value("nofile", 4096u);
   TRY(launch(LaunchVariant::kRelaunch, spec, persisted, "", files_uid_base));
-  ASSIGN_OR_RETURN(auto agent, connectAgent(persisted).map_error([&](Error e) { return e.context("restart " + persisted.id); }));
+  ASSIGN_OR_RETURN(auto agent,
+                   connectAgent(persisted).map_error([&](Error e) { return e.context("restart " + persisted.id); }));
   int pid = state["pid"].get<int>();
   return Instance{persisted.id, pid, std::move(agent), std::move(persisted)};
 }

@@ -21,17 +21,17 @@ namespace space::jail {
 
 enum class LaunchVariant;  // launch_steps.h
 // The host resources a jail is made of, shared with the vm tier (runtime/host).
+using host::attachNetwork;
 using host::CgroupBackend;
 using host::CgroupKind;
 using host::CgroupUsage;
-using host::LayerVolume;
-using host::NetworkConfig;
-using host::attachNetwork;
 using host::cloneFile;
 using host::closeLayerVolume;
 using host::detachNetwork;
 using host::ensureVolumeReserve;
+using host::LayerVolume;
 using host::makeCgroupBackend;
+using host::NetworkConfig;
 using host::openLayerVolume;
 using host::persistedSubnet;
 using host::proxyEnv;
@@ -64,7 +64,11 @@ class JailRuntime : public runtime::Runtime {
   std::string name() const override { return "jail"; }
   // Snapshots hold the filesystem only: processes are not captured (a rollback restarts them).
   runtime::Capabilities capabilities() const override {
-    return {.pause = true, .snapshot_filesystem = true, .snapshot_memory = false, .rollback = true, .fork = true,
+    return {.pause = true,
+            .snapshot_filesystem = true,
+            .snapshot_memory = false,
+            .rollback = true,
+            .fork = true,
             .networked = networked()};
   }
 

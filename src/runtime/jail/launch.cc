@@ -5,8 +5,8 @@
 #include <linux/mount.h>
 #include <linux/sched.h>
 #include <signal.h>
-#include <sys/prctl.h>
 #include <sys/mount.h>
+#include <sys/prctl.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 

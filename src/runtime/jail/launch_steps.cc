@@ -20,12 +20,12 @@
 
 #include "common/defer.h"
 #include "runtime/host/cgroup.h"
+#include "runtime/host/layer_volume.h"
+#include "runtime/host/network.h"
 #include "runtime/jail/inside/handshake.h"
 #include "runtime/jail/jail_runtime.h"
 #include "runtime/jail/launch.h"
 #include "runtime/jail/layer_disk.h"
-#include "runtime/host/layer_volume.h"
-#include "runtime/host/network.h"
 #include "runtime/jail/userns.h"
 
 namespace space::jail {

@@ -1,14 +1,13 @@
 #include "runtime/jail/layer_disk.h"
 
 #include <fcntl.h>
+#include <ftw.h>
 #include <spawn.h>
 #include <sys/mount.h>
 #include <sys/stat.h>
 #include <sys/sysmacros.h>
 #include <sys/wait.h>
 #include <unistd.h>
-
-#include <ftw.h>
 
 #include <filesystem>
 #include <mutex>
@@ -75,7 +74,7 @@ Status createLayerDisk(const std::string& dir, const std::string& image, uint64_
   // No journal: the layer is disposable and the journal would cost every sandbox space and start time.
   // -m 0: no blocks reserved for root (the sandbox's root is the only user). -N: the inode quota.
   TRY(sys::runTool({"mkfs.ext4", "-q", "-F", "-O", "^has_journal", "-m", "0", "-N", std::to_string(inodes), "-E",
-                  fmt::format("lazy_itable_init=1,root_owner={0}:{0}", owner), image}));
+                    fmt::format("lazy_itable_init=1,root_owner={0}:{0}", owner), image}));
   TRY(mountLayerDisk(dir, image, device));
   for (const char* sub : {"upper", "work"}) {
     std::string path = dir + "/disk/" + sub;
@@ -93,7 +92,8 @@ int shiftOne(const char* path, const struct stat* st, int, struct FTW*) {
   gid_t gid = move(st->st_gid);
   if ((uid != st->st_uid || gid != st->st_gid) && lchown(path, uid, gid) < 0) return errno;
   // lchown clears setuid/setgid bits of files: put them back (the mount is nosuid anyway).
-  if (!S_ISLNK(st->st_mode) && (st->st_mode & (S_ISUID | S_ISGID)) && chmod(path, st->st_mode & 07777) < 0) return errno;
+  if (!S_ISLNK(st->st_mode) && (st->st_mode & (S_ISUID | S_ISGID)) && chmod(path, st->st_mode & 07777) < 0)
+    return errno;
   return 0;
 }
 }  // namespace

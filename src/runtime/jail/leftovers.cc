@@ -1,13 +1,12 @@
 // findLeftovers: everything a sandbox could leave behind, read from the kernel (J24); forgetUnknown: what
 // start-up reconciliation removes because no row names it.
 #include <dirent.h>
+#include <spdlog/spdlog.h>
 
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
-
-#include <spdlog/spdlog.h>
 
 #include "common/ids.h"
 #include "runtime/jail/jail_runtime.h"

@@ -14,8 +14,8 @@ std::string JailRuntime::snapshotDirFor(const std::string& snapshot_id) const {
   return volume_.snapshotsDir() + "/" + snapshot_id;
 }
 
-Result<runtime::SnapshotRef> JailRuntime::adoptSnapshot(runtime::SnapshotRef ref, const runtime::PersistedInstance& target,
-                                                        uint64_t disk_bytes) {
+Result<runtime::SnapshotRef> JailRuntime::adoptSnapshot(runtime::SnapshotRef ref,
+                                                        const runtime::PersistedInstance& target, uint64_t disk_bytes) {
   std::ifstream in(ref.path + "/snapshot.json");
   auto meta = nlohmann::json::parse(in, nullptr, false);
   std::error_code ec;

@@ -142,8 +142,8 @@ Result<QemuProcess> launchConfinedQemu(const QemuSpec& spec, const VmmJail& jail
   stub.qemu_path = qemu_path.c_str();
   stub.argv = cargv.data();
 
-  ASSIGN_OR_RETURN(sys::Clone3Result child,
-                   sys::clone3Fork(CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWNET | CLONE_NEWIPC | CLONE_NEWUTS | CLONE_PIDFD));
+  ASSIGN_OR_RETURN(sys::Clone3Result child, sys::clone3Fork(CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWNET | CLONE_NEWIPC |
+                                                            CLONE_NEWUTS | CLONE_PIDFD));
   if (child.pid == 0) runVmmStub(stub);
 
   QemuProcess proc;

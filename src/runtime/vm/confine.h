@@ -30,8 +30,8 @@ struct VmmJail {
   // owned by the VMM's uid, mode 0600 (docs/decisions/0008-kvm-for-the-vmm.md). The host's node, whatever
   // its owner and mode (root:kvm 0660, root:root 0600), is never bound in.
   bool kvm = false;
-  int memory_fd = -1;                  // inherited as kMemoryFd: the guest RAM's backing file
-  int tap_fd = -1;                     // inherited as kTapFd: the sandbox's host tap (QemuSpec::tap_fd)
+  int memory_fd = -1;  // inherited as kMemoryFd: the guest RAM's backing file
+  int tap_fd = -1;     // inherited as kTapFd: the sandbox's host tap (QemuSpec::tap_fd)
   // Runs in spaced after the VMM exists and before it may exec (adds it to its cgroup).
   std::function<Status(pid_t)> before_exec;
 };
@@ -45,7 +45,8 @@ inline constexpr int kTapFd = 4;
 
 // The arguments QEMU's own seccomp filter gets in a confined VMM: no obsolete syscalls, no setuid,
 // no fork/exec, no scheduler or affinity changes.
-inline constexpr const char* kQemuSandboxArg = "on,obsolete=deny,elevateprivileges=deny,spawn=deny,resourcecontrol=deny";
+inline constexpr const char* kQemuSandboxArg =
+    "on,obsolete=deny,elevateprivileges=deny,spawn=deny,resourcecontrol=deny";
 
 // The mount plan run by the VMM's pre-exec stub, computed in spaced (the stub may not allocate).
 struct MountStep {

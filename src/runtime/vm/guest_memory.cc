@@ -136,7 +136,8 @@ Result<uint64_t> saveGuestPages(pid_t pid, const RamMapping& ram, const PageSet&
     for (uint64_t p = first; status && p < first + n;) {
       uint64_t k = std::min(kChunkPages, first + n - p);
       size_t len = static_cast<size_t>(k * kPageBytes);
-      status = preadAll(mem.get(), buf.data(), len, static_cast<off_t>(ram.start + p * kPageBytes), "read guest memory");
+      status =
+          preadAll(mem.get(), buf.data(), len, static_cast<off_t>(ram.start + p * kPageBytes), "read guest memory");
       if (!status) break;
       // Page by page: zero pages stay holes.
       for (uint64_t q = 0; status && q < k; ++q) {
@@ -164,7 +165,8 @@ Status loadGuestPages(pid_t pid, const RamMapping& ram, const PageSet& pages, in
       size_t len = static_cast<size_t>(k * kPageBytes);
       status = preadAll(in_fd, buf.data(), len, static_cast<off_t>(p * kPageBytes), "read guest memory file");
       if (status)
-        status = pwriteAll(mem.get(), buf.data(), len, static_cast<off_t>(ram.start + p * kPageBytes), "write guest memory");
+        status =
+            pwriteAll(mem.get(), buf.data(), len, static_cast<off_t>(ram.start + p * kPageBytes), "write guest memory");
       p += k;
     }
   });

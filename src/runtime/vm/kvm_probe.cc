@@ -1,7 +1,9 @@
 #include "runtime/vm/kvm_probe.h"
 
 #include <fcntl.h>
+#include <fmt/format.h>
 #include <linux/kvm.h>
+#include <openssl/evp.h>
 #include <sys/file.h>
 #include <sys/ioctl.h>
 #include <sys/stat.h>
@@ -17,9 +19,6 @@
 #include <fstream>
 #include <sstream>
 
-#include <fmt/format.h>
-#include <openssl/evp.h>
-
 #include "common/hex.h"
 #include "common/unique_fd.h"
 #include "runtime/vm/launch.h"
@@ -30,11 +29,16 @@ using nlohmann::json;
 
 const char* kvmStateName(KvmState state) {
   switch (state) {
-    case KvmState::kProven: return "proven";
-    case KvmState::kFailed: return "failed";
-    case KvmState::kProbing: return "probing";
-    case KvmState::kAbsent: return "absent";
-    case KvmState::kOff: return "off";
+    case KvmState::kProven:
+      return "proven";
+    case KvmState::kFailed:
+      return "failed";
+    case KvmState::kProbing:
+      return "probing";
+    case KvmState::kAbsent:
+      return "absent";
+    case KvmState::kOff:
+      return "off";
   }
   return "failed";
 }
@@ -51,9 +55,12 @@ std::optional<KvmVerdict> KvmVerdict::fromJson(const json& j) {
   if (!j.is_object() || !j.contains("state") || !j["state"].is_string()) return std::nullopt;
   KvmVerdict v;
   std::string s = j["state"];
-  if (s == "proven") v.state = KvmState::kProven;
-  else if (s == "failed") v.state = KvmState::kFailed;
-  else return std::nullopt;  // only probe outcomes are cached
+  if (s == "proven")
+    v.state = KvmState::kProven;
+  else if (s == "failed")
+    v.state = KvmState::kFailed;
+  else
+    return std::nullopt;  // only probe outcomes are cached
   v.reason = j.value("reason", "");
   v.checked_at = j.value("checked_at", "");
   v.probe_ms = j.value("probe_ms", int64_t{0});
@@ -123,9 +130,9 @@ std::string fileIdentity(const std::string& path) {
 std::string kvmProbeKey(const std::string& qemu, const std::string& kernel, const std::string& initrd) {
   utsname u{};
   uname(&u);
-  std::string material = fmt::format("boot={}|host={} {}|qemu={}|kernel={}|initrd={}",
-                                     firstLine("/proc/sys/kernel/random/boot_id"), u.release, u.version,
-                                     fileIdentity(qemu), fileIdentity(kernel), fileIdentity(initrd));
+  std::string material =
+      fmt::format("boot={}|host={} {}|qemu={}|kernel={}|initrd={}", firstLine("/proc/sys/kernel/random/boot_id"),
+                  u.release, u.version, fileIdentity(qemu), fileIdentity(kernel), fileIdentity(initrd));
   unsigned char md[EVP_MAX_MD_SIZE];
   unsigned len = 0;
   EVP_Digest(material.data(), material.size(), md, &len, EVP_sha256(), nullptr);

@@ -1,18 +1,17 @@
 #include "runtime/vm/launch.h"
 
 #include <fcntl.h>
+#include <fmt/format.h>
 #include <poll.h>
-#include <sys/wait.h>
 #include <signal.h>
 #include <spawn.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
 #include <sstream>
-
-#include <fmt/format.h>
 
 #include "sys/process.h"
 
@@ -160,7 +159,8 @@ void killVmm(pid_t pid) {
 }
 
 pid_t findQemuOf(const std::string& dir) {
-  for (const auto& e : std::filesystem::directory_iterator("/proc", std::filesystem::directory_options::skip_permission_denied)) {
+  for (const auto& e :
+       std::filesystem::directory_iterator("/proc", std::filesystem::directory_options::skip_permission_denied)) {
     const std::string name = e.path().filename().string();
     if (name.empty() || name.find_first_not_of("0123456789") != std::string::npos) continue;
     pid_t pid = static_cast<pid_t>(std::stol(name));

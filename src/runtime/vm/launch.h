@@ -28,7 +28,7 @@ struct QemuSpec {
   uint32_t vcpus = 1;
   uint64_t memory_mib = 256;
   std::string kernel;
-  std::string initrd;  // empty: none (a VM restored from a snapshot has its initramfs in RAM already)
+  std::string initrd;           // empty: none (a VM restored from a snapshot has its initramfs in RAM already)
   std::string extra_cmdline;    // appended to the guest kernel's command line
   std::vector<DiskSpec> disks;  // /dev/vda, /dev/vdb, … in order
   std::string dir;              // the VM's directory (sockets, logs)

@@ -21,8 +21,8 @@ std::string VmRuntime::snapshotDirFor(const std::string& snapshot_id) const {
 
 // A VM snapshot holds the guest's pages relative to its template and a disk on the template's disk: it
 // fits only a VM of the very same template build and machine shape.
-Result<runtime::SnapshotRef> VmRuntime::adoptSnapshot(runtime::SnapshotRef ref, const runtime::PersistedInstance& target,
-                                                      uint64_t disk_bytes) {
+Result<runtime::SnapshotRef> VmRuntime::adoptSnapshot(runtime::SnapshotRef ref,
+                                                      const runtime::PersistedInstance& target, uint64_t disk_bytes) {
   std::ifstream in(ref.path + "/snapshot.json");
   auto meta = nlohmann::json::parse(in, nullptr, false);
   std::error_code ec;
@@ -30,8 +30,10 @@ Result<runtime::SnapshotRef> VmRuntime::adoptSnapshot(runtime::SnapshotRef ref, 
     return makeError(ErrorKind::kInvalidArgument, "the archive does not hold a vm snapshot");
   if (meta.value("template", "") != target.state.value("template", "") ||
       meta.value("template_stamp", "") != target.state.value("template_stamp", ""))
-    return makeError(ErrorKind::kInvalidArgument, "the vm snapshot was made from another build or shape of the "
-                     "template than sandbox {} runs", target.id);
+    return makeError(ErrorKind::kInvalidArgument,
+                     "the vm snapshot was made from another build or shape of the "
+                     "template than sandbox {} runs",
+                     target.id);
   bool sealed = std::filesystem::is_regular_file(ref.path + "/memory.sealed", ec);
   for (const char* f : {"state", "memory.pages"})
     if (!std::filesystem::is_regular_file(ref.path + "/" + f, ec))

@@ -34,7 +34,8 @@ nlohmann::json VmRuntime::describe() const {
 
 Result<nlohmann::json> VmRuntime::warmTemplate(const runtime::SandboxSpec& spec) {
   ASSIGN_OR_RETURN(VmTemplate vt, ensureTemplate(spec));
-  return nlohmann::json{{"dir", vt.dir}, {"memory_mib", vt.memory_mib}, {"vcpus", vt.vcpus}, {"base_image", vt.base_image}};
+  return nlohmann::json{
+      {"dir", vt.dir}, {"memory_mib", vt.memory_mib}, {"vcpus", vt.vcpus}, {"base_image", vt.base_image}};
 }
 
 std::optional<runtime::SandboxNetwork> VmRuntime::network(const runtime::PersistedInstance& inst) const {
@@ -55,7 +56,8 @@ Status VmRuntime::handOver(runtime::Instance& inst, const runtime::HandOver& h) 
   // and the explicit proxy in every process's environment (a jail's is in its init's).
   if (auto subnet = host::persistedSubnet(inst.persisted.state); subnet && h.explicit_proxy_port) {
     if (!agentHas(*inst.agent, "net_config"))
-      return makeError(ErrorKind::kUnsupported, "the guest's agent cannot configure a network: its guest was built "
+      return makeError(ErrorKind::kUnsupported,
+                       "the guest's agent cannot configure a network: its guest was built "
                        "before the vm tier had one (rebuild it with scripts/vm/build-guest)");
     identity.network.address = subnet->sandboxText();
     identity.network.prefix = net::SandboxSubnet::kPrefix;

@@ -2,12 +2,11 @@
 // (kvm_probe.h holds the checks and the cache around the probe).
 #include <poll.h>
 #include <signal.h>
+#include <spdlog/spdlog.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <filesystem>
-
-#include <spdlog/spdlog.h>
 
 #include "runtime/vm/unix_socket.h"
 #include "runtime/vm/vm_runtime.h"
@@ -27,7 +26,8 @@ VmRuntime::~VmRuntime() {
 Status VmRuntime::chooseAccel() {
   if (config_.accel == AccelMode::kTcg) {
     if (!config_.allow_tcg)
-      return makeError(ErrorKind::kInvalidArgument, "vm_accel is tcg but vm_allow_tcg is off: the vm tier has no accelerator");
+      return makeError(ErrorKind::kInvalidArgument,
+                       "vm_accel is tcg but vm_allow_tcg is off: the vm tier has no accelerator");
     decide({.state = KvmState::kOff, .reason = "vm_accel is tcg (KVM not tried)", .checked_at = isoNowUtc()});
     return ok();
   }
@@ -150,7 +150,8 @@ KvmVerdict VmRuntime::probeBoot() {
   probe_pid_ = proc->pid;
   std::string cgroup = name;
   std::string reason = [&]() -> std::string {
-    std::string timeout = fmt::format("guest did not answer in {:g} s under KVM", config_.kvm_probe_timeout.count() / 1000.0);
+    std::string timeout =
+        fmt::format("guest did not answer in {:g} s under KVM", config_.kvm_probe_timeout.count() / 1000.0);
     auto qemuSays = [&] {
       std::string log = tailOfFile(VmPaths::in(dir).log, 300);
       while (!log.empty() && (log.back() == '\n' || log.back() == ' ')) log.pop_back();

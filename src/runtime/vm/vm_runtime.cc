@@ -4,19 +4,18 @@
 #include <ftw.h>
 #include <poll.h>
 #include <signal.h>
+#include <spdlog/spdlog.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <climits>
-#include <random>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <random>
 #include <sstream>
-
-#include <spdlog/spdlog.h>
 
 #include "common/defer.h"
 #include "net/veth.h"
@@ -63,7 +62,6 @@ uint64_t hostTscKhz() {
   return 0;
 }
 
-
 Result<std::unique_ptr<VmRuntime>> VmRuntime::create(const VmConfig& config) {
   for (const auto& path : {config.kernel, config.initrd}) {
     if (access(path.c_str(), R_OK) != 0)
@@ -80,7 +78,6 @@ Result<std::unique_ptr<VmRuntime>> VmRuntime::create(const VmConfig& config) {
   TRY(rt->chooseAccel());
   return rt;
 }
-
 
 std::string VmRuntime::vmDir(const runtime::SandboxSpec& spec) const {
   return spec.dir.empty() ? config_.state_dir + "/vms/" + spec.id : spec.dir;
@@ -147,9 +144,9 @@ void VmRuntime::killAndClean(pid_t pid, const std::string& cgroup_id) {
 }
 
 void VmRuntime::exerciseGuest(agent::AgentClient& agent) {
-  for (std::vector<std::string> argv : {std::vector<std::string>{"/bin/sh", "-c", "true"},
-                                        std::vector<std::string>{"uname", "-r"},
-                                        std::vector<std::string>{"/bin/sh", "-c", "command -v python3 >/dev/null && python3 -c pass; true"}}) {
+  for (std::vector<std::string> argv :
+       {std::vector<std::string>{"/bin/sh", "-c", "true"}, std::vector<std::string>{"uname", "-r"},
+        std::vector<std::string>{"/bin/sh", "-c", "command -v python3 >/dev/null && python3 -c pass; true"}}) {
     agent::ExecRequest req;
     req.argv = std::move(argv);
     req.timeout_s = 60;
@@ -162,7 +159,8 @@ void VmRuntime::exerciseGuest(agent::AgentClient& agent) {
   }
 }
 
-Result<std::shared_ptr<agent::AgentClient>> VmRuntime::connectAgent(const std::string& dir, Clock::time_point deadline) {
+Result<std::shared_ptr<agent::AgentClient>> VmRuntime::connectAgent(const std::string& dir,
+                                                                    Clock::time_point deadline) {
   // The agent socket exists as soon as QEMU runs; the hello reply comes once the guest's agent has
   // opened its port, so the handshake timeout covers the boot (or the restore).
   ASSIGN_OR_RETURN(UniqueFd fd, connectUnixUntil(VmPaths::in(dir).agent, deadline));
@@ -212,20 +210,20 @@ Result<runtime::Instance> VmRuntime::bootCold(const runtime::SandboxSpec& spec) 
   }();
   if (!connected) {
     Error e = connected.error();
-    e.message += "; qemu: " + tailOfFile(VmPaths::in(dir).log, 400) + "; console: " + tailOfFile(qemu.console_file, 800);
+    e.message +=
+        "; qemu: " + tailOfFile(VmPaths::in(dir).log, 400) + "; console: " + tailOfFile(qemu.console_file, 800);
     killAndClean(proc.pid, spec.id);
     return tl::unexpected(e.context(fmt::format("boot vm {}", spec.id)));
   }
   return connected;
 }
 
-
 std::string VmRuntime::overlayPath(const std::string& id, const std::string& dir) const {
   return config_.layers_dir.empty() ? dir + "/disk.qcow2" : config_.layers_dir + "/" + id + ".qcow2";
 }
 
-Result<QemuSpec> VmRuntime::restoringSpec(const runtime::SandboxSpec& spec, const VmTemplate& tpl, const std::string& dir,
-                                          const std::string& overlay, int* memory_fd,
+Result<QemuSpec> VmRuntime::restoringSpec(const runtime::SandboxSpec& spec, const VmTemplate& tpl,
+                                          const std::string& dir, const std::string& overlay, int* memory_fd,
                                           std::vector<std::string>* read_only) {
   QemuSpec qemu = qemuSpecFor(spec, dir);
   // The restored machine must be the saved one: memory size and vCPUs come from the template.
@@ -283,13 +281,15 @@ Result<runtime::Instance> VmRuntime::prepare(const runtime::SandboxSpec& spec) {
   json net_state;
   UniqueFd tap;
   Defer undo_net([&] {
-    if (config_.network_pool && !net_state.is_null()) (void)host::detachNetwork(*config_.network_pool, {{"net", net_state}});
+    if (config_.network_pool && !net_state.is_null())
+      (void)host::detachNetwork(*config_.network_pool, {{"net", net_state}});
   });
   TRY(allocateNetwork(net_state, tap));
   if (!net_state.is_null()) qemu.mac = net_state["mac"];
   std::vector<std::string> writable;
   if (!tpl.disk.empty() && !config_.layers_dir.empty()) writable.push_back(overlay);
-  ASSIGN_OR_RETURN(QemuProcess proc, spawn(qemu, spec.id, uid, read_only, memory_fd, qemu.memory_mib, writable, tap.get()));
+  ASSIGN_OR_RETURN(QemuProcess proc,
+                   spawn(qemu, spec.id, uid, read_only, memory_fd, qemu.memory_mib, writable, tap.get()));
   tap.reset();  // QEMU holds it now: the tap lives as long as QEMU
   std::string cgroup = spec.id;
   auto qmp = QmpClient::connect(VmPaths::in(dir).qmp, Duration(30000));
@@ -303,7 +303,10 @@ Result<runtime::Instance> VmRuntime::prepare(const runtime::SandboxSpec& spec) {
     std::lock_guard lock(mu_);
     qmp_[spec.id] = std::move(*qmp);
   }
-  json extra = {{"cgroup", cgroup}, {"template", tpl.dir}, {"template_stamp", tpl.stamp}, {"restored", false},
+  json extra = {{"cgroup", cgroup},
+                {"template", tpl.dir},
+                {"template_stamp", tpl.stamp},
+                {"restored", false},
                 {"memory_mib", tpl.memory_mib}};
   if (!tpl.disk.empty()) extra["disk"] = overlay;
   if (!net_state.is_null()) extra["net"] = net_state;
@@ -334,7 +337,8 @@ Status VmRuntime::activate(runtime::Instance& inst) {
     inst.persisted.state.erase("parked");
     // A pooled VM reattached after a daemon restart has no host session yet.
     if (!inst.agent) {
-      ASSIGN_OR_RETURN(inst.agent, connectAgent(inst.persisted.state.value("dir", ""), Clock::now() + std::chrono::seconds(30)));
+      ASSIGN_OR_RETURN(inst.agent,
+                       connectAgent(inst.persisted.state.value("dir", ""), Clock::now() + std::chrono::seconds(30)));
     }
     return ok();
   }

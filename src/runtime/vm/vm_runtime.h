@@ -52,10 +52,10 @@ struct VmConfig {
   // VMM would be (its QemuSpec, and the VmmJail its uid, files and devices are confined to).
   std::function<Result<QemuProcess>(const QemuSpec&, const VmmJail&)> launch_vmm = launchConfinedQemu;
   std::string cgroup_parent = "space";
-  uint64_t vmm_overhead_mib = 384;   // QEMU's own memory on top of guest RAM (TCG's translation cache)
-  uint32_t vmm_pids = 128;           // QEMU's threads (vCPUs, I/O workers)
-  uint32_t tcg_tb_cache_mib = 128;   // TCG translation-block cache (QEMU's default is 1 GiB)
-  uid_t warm_uid = 0x0FFFFFF0;       // the host uid of template warm-up VMMs
+  uint64_t vmm_overhead_mib = 384;  // QEMU's own memory on top of guest RAM (TCG's translation cache)
+  uint32_t vmm_pids = 128;          // QEMU's threads (vCPUs, I/O workers)
+  uint32_t tcg_tb_cache_mib = 128;  // TCG translation-block cache (QEMU's default is 1 GiB)
+  uid_t warm_uid = 0x0FFFFFF0;      // the host uid of template warm-up VMMs
   // What a pooled VM is: true = restored, its guest code paths exercised once, then stopped (a create is
   // `cont` plus the identity); false = a VMM waiting at -incoming defer (a create is the whole restore).
   // Under TCG the first run of every guest path costs a translation, so the difference is large there.
@@ -84,7 +84,7 @@ struct VmTemplate {
   std::string memory, state;
   uint32_t vcpus = 1;
   uint64_t memory_mib = 256;
-  std::string stamp;       // random, per build: VMMs prepared from an older build are refused
+  std::string stamp;  // random, per build: VMMs prepared from an older build are refused
 };
 
 // The template artifacts made in dir (its template.json).
@@ -100,8 +100,15 @@ class VmRuntime : public runtime::Runtime {
   std::string name() const override { return "vm"; }
   runtime::Capabilities capabilities() const override {
     bool snap = !config_.snapshots_dir.empty();
-    return {.pause = true, .snapshot_filesystem = snap, .snapshot_memory = snap, .rollback = snap, .fork = snap,
-            .networked = networked(), .own_kernel = true, .cold_boot = true, .warm_templates = true,
+    return {.pause = true,
+            .snapshot_filesystem = snap,
+            .snapshot_memory = snap,
+            .rollback = snap,
+            .fork = snap,
+            .networked = networked(),
+            .own_kernel = true,
+            .cold_boot = true,
+            .warm_templates = true,
             .accelerated = accelIfDecided() == Accel::kKvm};
   }
   // The accelerator (once decided) and what is known of KVM on this host.
@@ -230,9 +237,9 @@ class VmRuntime : public runtime::Runtime {
   uint64_t tsc_khz_ = 0;  // the host's TSC frequency, read once (TCG passes it to every guest)
   std::unique_ptr<host::CgroupBackend> cgroups_;
   std::mutex mu_;
-  std::map<std::string, std::unique_ptr<QmpClient>> qmp_;      // by sandbox id
-  std::map<std::string, std::shared_ptr<std::mutex>> building_; // template key → build lock
-  std::map<std::string, UniqueFd> memory_fds_;                  // template dir → sealed memfd
+  std::map<std::string, std::unique_ptr<QmpClient>> qmp_;        // by sandbox id
+  std::map<std::string, std::shared_ptr<std::mutex>> building_;  // template key → build lock
+  std::map<std::string, UniqueFd> memory_fds_;                   // template dir → sealed memfd
 };
 
 // The host's TSC frequency in kHz (0 when unknown). Under TCG the guest reads the host's TSC, and the

@@ -10,13 +10,12 @@
 // whole.
 #include <fcntl.h>
 #include <signal.h>
+#include <spdlog/spdlog.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
-
-#include <spdlog/spdlog.h>
 
 #include "common/defer.h"
 #include "common/ids.h"
@@ -128,7 +127,8 @@ Result<runtime::SnapshotRef> VmRuntime::snapshot(runtime::Instance& inst, runtim
     ASSIGN_OR_RETURN(json added, qmp->executeWithFd("add-fd", json::object(), out.get()));
     int64_t set = added.is_object() ? added.value("fdset-id", int64_t{-1}) : -1;
     if (set < 0) return makeError(ErrorKind::kInternal, "vm {}: add-fd returned no fd set", inst.id);
-    auto saved = qmp->execute("xen-save-devices-state", {{"filename", fmt::format("/dev/fdset/{}", set)}, {"live", false}});
+    auto saved =
+        qmp->execute("xen-save-devices-state", {{"filename", fmt::format("/dev/fdset/{}", set)}, {"live", false}});
     (void)qmp->execute("remove-fd", {{"fdset-id", set}});
     if (!saved) return tl::unexpected(saved.error().context("save the device state of vm " + inst.id));
   }
@@ -166,10 +166,17 @@ Result<runtime::SnapshotRef> VmRuntime::snapshot(runtime::Instance& inst, runtim
   for (const char* f : {"/state", config_.memory_sealer ? "/memory.sealed" : "/memory"}) TRY(syncFile(tmp + f));
   if (!disk.empty()) TRY(syncFile(tmp + "/disk.qcow2"));
   TRY(writeFileSynced(tmp + "/memory.pages", pages.serialize()));
-  json meta = {{"runtime", "vm"},       {"kind", "full"},           {"sandbox", inst.id},
-               {"template", tpl.dir},   {"template_stamp", tpl.stamp}, {"memory_mib", tpl.memory_mib},
-               {"vcpus", tpl.vcpus},    {"pages", pages.count()},   {"disk", !disk.empty()},
-               {"paused", paused},      {"memory_sealed", config_.memory_sealer != nullptr}};
+  json meta = {{"runtime", "vm"},
+               {"kind", "full"},
+               {"sandbox", inst.id},
+               {"template", tpl.dir},
+               {"template_stamp", tpl.stamp},
+               {"memory_mib", tpl.memory_mib},
+               {"vcpus", tpl.vcpus},
+               {"pages", pages.count()},
+               {"disk", !disk.empty()},
+               {"paused", paused},
+               {"memory_sealed", config_.memory_sealer != nullptr}};
   TRY(writeFileSynced(tmp + "/snapshot.json", meta.dump(2) + "\n"));
   TRY(host::syncDir(tmp));
   if (rename(tmp.c_str(), ref.path.c_str()) < 0) return sysError(errno, "rename {}", tmp);
@@ -181,9 +188,9 @@ Result<runtime::SnapshotRef> VmRuntime::snapshot(runtime::Instance& inst, runtim
   return ref;
 }
 
-Result<runtime::Instance> VmRuntime::startFromSnapshot(const runtime::SandboxSpec& spec, const std::string& snapshot_dir,
-                                                       const VmTemplate& tpl, const std::string& overlay, UniqueFd tap,
-                                                       json extra) {
+Result<runtime::Instance> VmRuntime::startFromSnapshot(const runtime::SandboxSpec& spec,
+                                                       const std::string& snapshot_dir, const VmTemplate& tpl,
+                                                       const std::string& overlay, UniqueFd tap, json extra) {
   auto deadline = Clock::now() + std::chrono::seconds(60);
   std::string dir = vmDir(spec);
   uid_t uid = spec.uid_base ? spec.uid_base : config_.warm_uid;
@@ -216,7 +223,8 @@ Result<runtime::Instance> VmRuntime::startFromSnapshot(const runtime::SandboxSpe
   std::vector<std::string> writable;
   if (!tpl.disk.empty() && !config_.layers_dir.empty()) writable.push_back(overlay);
   auto t0 = Clock::now();
-  ASSIGN_OR_RETURN(QemuProcess proc, spawn(qemu, spec.id, uid, read_only, memory_fd, qemu.memory_mib, writable, tap.get()));
+  ASSIGN_OR_RETURN(QemuProcess proc,
+                   spawn(qemu, spec.id, uid, read_only, memory_fd, qemu.memory_mib, writable, tap.get()));
   auto t_spawn = Clock::now();
   Clock::time_point t_qmp, t_pages, t_state;
   tap.reset();
@@ -237,7 +245,8 @@ Result<runtime::Instance> VmRuntime::startFromSnapshot(const runtime::SandboxSpe
     // old session still in flight can spoil the first handshake: the second starts clean.
     auto agent = connectAgent(dir, std::min(deadline, Clock::now() + std::chrono::seconds(10)));
     if (agent) return agent;
-    spdlog::debug("vm {}: first agent handshake after restore failed ({}); reconnecting", spec.id, agent.error().message);
+    spdlog::debug("vm {}: first agent handshake after restore failed ({}); reconnecting", spec.id,
+                  agent.error().message);
     return connectAgent(dir, deadline);
   }();
   if (!started) {
@@ -268,8 +277,8 @@ Result<runtime::Instance> VmRuntime::restore(const runtime::SnapshotRef& ref, co
   ASSIGN_OR_RETURN(std::string dir, makeVmDir(spec));
   uid_t uid = spec.uid_base ? spec.uid_base : config_.warm_uid;
   std::string overlay = overlayPath(spec.id, dir);
-  json extra = {{"template", tpl.dir}, {"template_stamp", tpl.stamp}, {"memory_mib", tpl.memory_mib},
-                {"from_snapshot", ref.id}};
+  json extra = {
+      {"template", tpl.dir}, {"template_stamp", tpl.stamp}, {"memory_mib", tpl.memory_mib}, {"from_snapshot", ref.id}};
   if (meta.value("disk", false)) {
     TRY(host::cloneFile(ref.path + "/disk.qcow2", overlay, 0600, /*durable=*/false));
     if (chown(overlay.c_str(), uid, uid) < 0) return sysError(errno, "chown {}", overlay);
@@ -279,7 +288,8 @@ Result<runtime::Instance> VmRuntime::restore(const runtime::SnapshotRef& ref, co
   json net_state;
   UniqueFd tap;
   Defer undo_net([&] {
-    if (config_.network_pool && !net_state.is_null()) (void)host::detachNetwork(*config_.network_pool, {{"net", net_state}});
+    if (config_.network_pool && !net_state.is_null())
+      (void)host::detachNetwork(*config_.network_pool, {{"net", net_state}});
   });
   TRY(allocateNetwork(net_state, tap));
   if (!net_state.is_null()) extra["net"] = net_state;

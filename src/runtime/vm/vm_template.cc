@@ -4,6 +4,7 @@
 #include <fcntl.h>
 #include <ftw.h>
 #include <poll.h>
+#include <spdlog/spdlog.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -13,8 +14,6 @@
 #include <filesystem>
 #include <fstream>
 #include <random>
-
-#include <spdlog/spdlog.h>
 
 #include "runtime/vm/confine.h"
 #include "runtime/vm/template_snapshot.h"
@@ -87,7 +86,8 @@ Status writeKernelStub(const std::string& kernel, const std::string& out) {
   in.clear();
   in.seekg(0);
   in.read(stub.data(), static_cast<std::streamsize>(setup));
-  if (static_cast<size_t>(in.gcount()) != setup) return makeError(ErrorKind::kInvalidArgument, "{}: short setup", kernel);
+  if (static_cast<size_t>(in.gcount()) != setup)
+    return makeError(ErrorKind::kInvalidArgument, "{}: short setup", kernel);
   std::ofstream o(out + ".tmp", std::ios::binary | std::ios::trunc);
   o.write(stub.data(), static_cast<std::streamsize>(stub.size()));
   o.close();
@@ -123,8 +123,8 @@ Status buildExt4Image(const std::string& tree, const std::string& out, uint64_t 
   // guest's consistency points are SPACE's snapshots, taken with the VM stopped. -m 0: no blocks
   // reserved for root (the sandbox's user is root anyway).
   auto st = sys::runCommand({"mkfs.ext4", "-q", "-F", "-O", "^has_journal", "-m", "0", "-L", "space-root", "-E",
-                               "lazy_itable_init=0,lazy_journal_init=0", "-d", tree, tmp},
-                              [](const std::string&) {});
+                             "lazy_itable_init=0,lazy_journal_init=0", "-d", tree, tmp},
+                            [](const std::string&) {});
   if (!st) {
     unlink(tmp.c_str());
     return tl::unexpected(st.error().context("build ext4 image of " + tree));
@@ -138,9 +138,9 @@ Status buildExt4Image(const std::string& tree, const std::string& out, uint64_t 
 
 Status createOverlay(const std::string& backing, const std::string& backing_format, const std::string& out) {
   unlink(out.c_str());
-  auto st = sys::runCommand({"qemu-img", "create", "-q", "-f", "qcow2", "-o", "lazy_refcounts=on", "-F",
-                               backing_format, "-b", backing, out},
-                              [](const std::string&) {});
+  auto st = sys::runCommand(
+      {"qemu-img", "create", "-q", "-f", "qcow2", "-o", "lazy_refcounts=on", "-F", backing_format, "-b", backing, out},
+      [](const std::string&) {});
   if (!st) return tl::unexpected(st.error().context("create disk overlay " + out));
   return ok();
 }
@@ -193,8 +193,9 @@ Result<std::string> VmRuntime::ensureBaseImage(const runtime::SandboxSpec& spec,
 
 std::string VmRuntime::templateDir(const runtime::SandboxSpec& spec) const {
   QemuSpec shape = qemuSpecFor(spec, "");
-  return fmt::format("{}/vm/templates/{}/c{}-m{}-d{}-{}", config_.state_dir, templateKey(spec), shape.vcpus, shape.memory_mib,
-                     spec.limits.disk_bytes / kMiB, guestKey(shape.kernel, shape.initrd, shape.extra_cmdline, accel_));
+  return fmt::format("{}/vm/templates/{}/c{}-m{}-d{}-{}", config_.state_dir, templateKey(spec), shape.vcpus,
+                     shape.memory_mib, spec.limits.disk_bytes / kMiB,
+                     guestKey(shape.kernel, shape.initrd, shape.extra_cmdline, accel_));
 }
 
 bool VmRuntime::hasTemplate(const runtime::SandboxSpec& spec) const {
@@ -308,7 +309,8 @@ Status VmRuntime::buildTemplate(const runtime::SandboxSpec& spec, const std::str
   (void)cgroups_->remove(warm.id);
   if (!saved) {
     Error e = saved.error();
-    e.message += "; qemu: " + tailOfFile(VmPaths::in(qemu.dir).log, 400) + "; console: " + tailOfFile(qemu.console_file, 1200);
+    e.message +=
+        "; qemu: " + tailOfFile(VmPaths::in(qemu.dir).log, 400) + "; console: " + tailOfFile(qemu.console_file, 1200);
     cleanup();
     return tl::unexpected(e.context("warm vm template"));
   }
@@ -328,8 +330,10 @@ Status VmRuntime::buildTemplate(const runtime::SandboxSpec& spec, const std::str
   // load the device state that belongs to the memory it mapped.
   std::random_device rd;
   std::string stamp = fmt::format("{:08x}{:08x}", rd(), rd());
-  json meta = {{"stamp", stamp}, {"memory_mib", qemu.memory_mib}, {"vcpus", qemu.vcpus}, {"accel", accel_ == Accel::kKvm ? "kvm" : "tcg"},
-               {"base_image", base}, {"disk", !base.empty()}, {"kernel", qemu.kernel}, {"initrd", qemu.initrd}};
+  json meta = {{"stamp", stamp},        {"memory_mib", qemu.memory_mib},
+               {"vcpus", qemu.vcpus},   {"accel", accel_ == Accel::kKvm ? "kvm" : "tcg"},
+               {"base_image", base},    {"disk", !base.empty()},
+               {"kernel", qemu.kernel}, {"initrd", qemu.initrd}};
   {
     std::ofstream out(tmp + "/template.json");
     out << meta.dump() << "\n";

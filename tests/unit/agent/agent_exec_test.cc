@@ -228,7 +228,8 @@ TEST_F(AgentExecTest, PtyWithSizeAndResize) {
 TEST_F(AgentExecTest, BackgroundProcesses) {
   std::vector<std::string> ids;
   for (int i = 0; i < 6; ++i) {
-    auto p = client_->startBackground(sh("echo start-" + std::to_string(i) + "; sleep 0.2; echo end-" + std::to_string(i) + " >&2"));
+    auto p = client_->startBackground(
+        sh("echo start-" + std::to_string(i) + "; sleep 0.2; echo end-" + std::to_string(i) + " >&2"));
     ASSERT_TRUE(p.has_value()) << p.error().message;
     EXPECT_EQ(p->id, "p" + std::to_string(i + 1));
     EXPECT_GT(p->pid, 0);

@@ -189,8 +189,9 @@ TEST_F(AgentFilesTest, SymlinkSwapRace) {
   // host reads and writes through it.
   fs::create_directories(agent_.root() / "flip_real");
   writeHostFile(agent_.root() / "flip_real/secret.txt", "inside");
-  auto flipper = client_->exec(sh(std::string("cd '") + agent_.root().string() + "' && while true; do ln -sfn '" +
-                                  outside_.string() + "' flip.new && mv -T flip.new flip; ln -sfn flip_real flip.new && mv -T flip.new flip; done"));
+  auto flipper = client_->exec(
+      sh(std::string("cd '") + agent_.root().string() + "' && while true; do ln -sfn '" + outside_.string() +
+         "' flip.new && mv -T flip.new flip; ln -sfn flip_real flip.new && mv -T flip.new flip; done"));
   ASSERT_TRUE(flipper.has_value());
   for (int i = 0; i < 300; ++i) {
     auto got = download("/flip/secret.txt");

@@ -2,6 +2,7 @@
 // The binary comes from $SPACE_AGENT_BIN, else the first build-*/bin/space-agent under SPACE_SOURCE_DIR.
 #pragma once
 
+#include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -13,8 +14,6 @@
 #include <string>
 #include <thread>
 #include <vector>
-
-#include <gtest/gtest.h>
 
 #include "agent/client/agent_client.h"
 

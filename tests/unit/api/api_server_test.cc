@@ -86,7 +86,8 @@ bool startsWith(const std::string& s, std::string_view prefix) { return s.compar
 class ApiServerTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    dir_ = std::filesystem::temp_directory_path() / ("space-api-test-" + std::to_string(getpid()) + "-" + std::to_string(counter_++));
+    dir_ = std::filesystem::temp_directory_path() /
+           ("space-api-test-" + std::to_string(getpid()) + "-" + std::to_string(counter_++));
     std::filesystem::create_directories(dir_);
     socket_ = (dir_ / "run" / "spaced.sock").string();
     api_ = std::make_unique<ApiServer>(manager_, ApiOptions{1 << 20, 8ull << 30});
@@ -113,7 +114,8 @@ class ApiServerTest : public ::testing::Test {
   http::Client tcpClient(const std::string& key) {
     return http::Client(*http::parseEndpoint("http://127.0.0.1:" + std::to_string(server_->tcpPort())), key);
   }
-  json call(const std::string& method, const std::string& target, const std::optional<std::string>& body, int want_status) {
+  json call(const std::string& method, const std::string& target, const std::optional<std::string>& body,
+            int want_status) {
     auto c = unixClient();
     auto r = c.request(method, target, body);
     EXPECT_TRUE(r) << (r ? "" : r.error().message);
@@ -136,14 +138,15 @@ TEST_F(ApiServerTest, HealthzAndSocketMode) {
   EXPECT_EQ(call("GET", "/healthz", std::nullopt, 200)["status"], "ok");
   auto perms = std::filesystem::status(socket_).permissions();
   EXPECT_EQ(perms & std::filesystem::perms::all,
-            std::filesystem::perms::owner_read | std::filesystem::perms::owner_write | std::filesystem::perms::group_read |
-                std::filesystem::perms::group_write);
+            std::filesystem::perms::owner_read | std::filesystem::perms::owner_write |
+                std::filesystem::perms::group_read | std::filesystem::perms::group_write);
 }
 
 TEST_F(ApiServerTest, CreateParsesIntoCommand) {
-  auto j = call("POST", "/v1/sandboxes",
-                R"({"template":"python","cpus":0.5,"memory_mib":256,"pids":64,"disk_mib":100,"env":{"A":"1"},"labels":{"team":"x"},"ttl_s":60})",
-                201);
+  auto j = call(
+      "POST", "/v1/sandboxes",
+      R"({"template":"python","cpus":0.5,"memory_mib":256,"pids":64,"disk_mib":100,"env":{"A":"1"},"labels":{"team":"x"},"ttl_s":60})",
+      201);
   EXPECT_EQ(j["id"], "sb-1");
   EXPECT_EQ(*manager_.last_create.cpu_millis, 500u);
   EXPECT_EQ(*manager_.last_create.memory_bytes, 256ull << 20);
@@ -229,8 +232,8 @@ TEST_F(ApiServerTest, ExecStreamsNdjson) {
   call("POST", "/v1/sandboxes", "{}", 201);
   auto c = unixClient();
   std::string out;
-  auto r = c.stream("POST", "/v1/sandboxes/sb-1/exec", std::string(R"({"shell":"echo hello","timeout_s":5,"stdin":"in"})"),
-                    [&](std::string_view d) {
+  auto r = c.stream("POST", "/v1/sandboxes/sb-1/exec",
+                    std::string(R"({"shell":"echo hello","timeout_s":5,"stdin":"in"})"), [&](std::string_view d) {
                       out += d;
                       return ok();
                     });
@@ -238,7 +241,8 @@ TEST_F(ApiServerTest, ExecStreamsNdjson) {
   EXPECT_EQ(r->status, 200);
   std::vector<json> lines;
   size_t start = 0;
-  for (size_t nl; (nl = out.find('\n', start)) != std::string::npos; start = nl + 1) lines.push_back(json::parse(out.substr(start, nl - start)));
+  for (size_t nl; (nl = out.find('\n', start)) != std::string::npos; start = nl + 1)
+    lines.push_back(json::parse(out.substr(start, nl - start)));
   ASSERT_GE(lines.size(), 4u);
   EXPECT_EQ(lines.front()["type"], "started");
   EXPECT_EQ(lines.back()["type"], "exit");
@@ -260,12 +264,13 @@ TEST_F(ApiServerTest, FilesStreamBothWays) {
   auto c = unixClient();
   const uint64_t size = 64ull << 20;
   uint64_t produced = 0;
-  auto r = c.upload("PUT", "/v1/sandboxes/sb-1/files?path=/root/big&mode=0600", size, [&](char* out, size_t max) -> Result<size_t> {
-    size_t n = static_cast<size_t>(std::min<uint64_t>(max, size - produced));
-    std::memset(out, 'x', n);
-    produced += n;
-    return n;
-  });
+  auto r = c.upload("PUT", "/v1/sandboxes/sb-1/files?path=/root/big&mode=0600", size,
+                    [&](char* out, size_t max) -> Result<size_t> {
+                      size_t n = static_cast<size_t>(std::min<uint64_t>(max, size - produced));
+                      std::memset(out, 'x', n);
+                      produced += n;
+                      return n;
+                    });
   ASSERT_TRUE(r) << r.error().message;
   EXPECT_EQ(r->status, 201) << r->body;
   EXPECT_EQ(manager_.fake_agent->uploaded_bytes, size);
@@ -301,11 +306,12 @@ TEST_F(ApiServerTest, ProcessesAndTemplates) {
 
   auto c = unixClient();
   std::string out;
-  auto r = c.stream("POST", "/v1/templates", std::string(R"({"name":"py","kind":"debootstrap","packages":["python3"]})"),
-                    [&](std::string_view d) {
-                      out += d;
-                      return ok();
-                    });
+  auto r =
+      c.stream("POST", "/v1/templates", std::string(R"({"name":"py","kind":"debootstrap","packages":["python3"]})"),
+               [&](std::string_view d) {
+                 out += d;
+                 return ok();
+               });
   ASSERT_TRUE(r);
   EXPECT_NE(out.find(R"("line":"step 2")"), std::string::npos);
   EXPECT_NE(out.find(R"("type":"done")"), std::string::npos);

@@ -13,14 +13,20 @@ namespace space::api::testing {
 class FakeStore : public store::Store {
  public:
   Status putTemplate(const store::TemplateRecord&) override { return ok(); }
-  Result<store::TemplateRecord> getTemplate(const std::string& n) override { return makeError(ErrorKind::kNotFound, "no template {}", n); }
+  Result<store::TemplateRecord> getTemplate(const std::string& n) override {
+    return makeError(ErrorKind::kNotFound, "no template {}", n);
+  }
   Result<std::vector<store::TemplateRecord>> listTemplates() override { return std::vector<store::TemplateRecord>{}; }
   Status deleteTemplate(const std::string&) override { return ok(); }
   Result<int> countSandboxesUsingTemplate(const std::string&) override { return 0; }
   Status insertSandbox(const store::SandboxRecord&) override { return ok(); }
   Status updateSandbox(const store::SandboxRecord&) override { return ok(); }
-  Result<store::SandboxRecord> getSandbox(const std::string& id) override { return makeError(ErrorKind::kNotFound, "{}", id); }
-  Result<std::vector<store::SandboxRecord>> listSandboxes(const store::SandboxFilter&) override { return std::vector<store::SandboxRecord>{}; }
+  Result<store::SandboxRecord> getSandbox(const std::string& id) override {
+    return makeError(ErrorKind::kNotFound, "{}", id);
+  }
+  Result<std::vector<store::SandboxRecord>> listSandboxes(const store::SandboxFilter&) override {
+    return std::vector<store::SandboxRecord>{};
+  }
   Status deleteSandbox(const std::string&) override { return ok(); }
   Result<int> freeUidSlot() override { return 0; }
   Result<std::pair<store::ApiKeyRecord, std::string>> createApiKey(const std::string& name) override {
@@ -241,12 +247,15 @@ class FakeManager : public core::SandboxManager {
     TRY(get(id));
     return makeError(ErrorKind::kUnsupported, "pause is not implemented yet");
   }
-  Status resume(const std::string&) override { return makeError(ErrorKind::kUnsupported, "resume is not implemented yet"); }
+  Status resume(const std::string&) override {
+    return makeError(ErrorKind::kUnsupported, "resume is not implemented yet");
+  }
   Result<std::shared_ptr<agent::AgentClient>> agent(const std::string& id) override {
     if (!get(id)) return makeError(ErrorKind::kNotFound, "no sandbox {}", id);
     return std::static_pointer_cast<agent::AgentClient>(fake_agent);
   }
-  Result<store::TemplateRecord> buildTemplate(const core::BuildTemplate& cmd, const core::ProgressFn& progress) override {
+  Result<store::TemplateRecord> buildTemplate(const core::BuildTemplate& cmd,
+                                              const core::ProgressFn& progress) override {
     progress("step 1");
     progress("step 2");
     store::TemplateRecord t;
@@ -255,7 +264,9 @@ class FakeManager : public core::SandboxManager {
     return t;
   }
   Result<std::vector<store::TemplateRecord>> listTemplates() override { return std::vector<store::TemplateRecord>{}; }
-  Status removeTemplate(const std::string& name) override { return makeError(ErrorKind::kNotFound, "no template {}", name); }
+  Status removeTemplate(const std::string& name) override {
+    return makeError(ErrorKind::kNotFound, "no template {}", name);
+  }
   store::Store& store() override { return fake_store; }
   std::string metricsText() override { return "space_sandboxes 0\n"; }
   Result<nlohmann::json> warmTemplate(const std::string& name) override {

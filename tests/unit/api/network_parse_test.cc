@@ -57,8 +57,9 @@ TEST(NetworkParse, SecretTakesMethodsAndPathPrefixes) {
                           R"({"name": "K", "value": "v", "hosts": ["a.test"], "path_prefixes": [1]})"}) {
     auto r = parseSetSecret(bad);
     ASSERT_FALSE(r) << bad;
-    EXPECT_NE(r.error().message.find(std::string(bad).find("methods") != std::string::npos ? "methods" : "path_prefixes"),
-              std::string::npos)
+    EXPECT_NE(
+        r.error().message.find(std::string(bad).find("methods") != std::string::npos ? "methods" : "path_prefixes"),
+        std::string::npos)
         << r.error().message;
   }
 }
@@ -86,13 +87,15 @@ TEST(NetworkParse, AnAddressGivenAsADomainIsAHostRule) {
                                           {"action": "allow", "domain": "2001:db8::1"},
                                           {"action": "allow", "cidr": "10.252.77.9"}]})"));
   ASSERT_TRUE(p) << p.error().message;
-  EXPECT_EQ((*p)["rules"][0], nlohmann::json::parse(R"({"action": "allow", "cidr": "10.252.77.2/32", "ports": [8080]})"));
+  EXPECT_EQ((*p)["rules"][0],
+            nlohmann::json::parse(R"({"action": "allow", "cidr": "10.252.77.2/32", "ports": [8080]})"));
   EXPECT_EQ((*p)["rules"][1]["cidr"], "2001:db8::1/128");
   EXPECT_EQ((*p)["rules"][2]["cidr"], "10.252.77.9/32");
 }
 
 TEST(NetworkParse, CidrWithAPortInsideIsRejectedWithTheText) {
-  auto p = parseNetworkPolicy(nlohmann::json::parse(R"({"rules": [{"action": "allow", "cidr": "10.252.77.0/24:8080"}]})"));
+  auto p =
+      parseNetworkPolicy(nlohmann::json::parse(R"({"rules": [{"action": "allow", "cidr": "10.252.77.0/24:8080"}]})"));
   ASSERT_FALSE(p);
   EXPECT_NE(p.error().message.find("10.252.77.0/24:8080"), std::string::npos) << p.error().message;
 }
@@ -105,7 +108,8 @@ TEST(EgressConfig, SwitchAndTestSubnetsComeFromTheConfigFile) {
   EXPECT_EQ(c->egress_test_external_subnets, std::vector<std::string>{"10.251.0.0/24"});
   EXPECT_EQ(core::DaemonConfig{}.egress, "auto");
   EXPECT_FALSE(core::DaemonConfig::fromJson(nlohmann::json::parse(R"({"egress": "maybe"})"), {}));
-  EXPECT_FALSE(core::DaemonConfig::fromJson(nlohmann::json::parse(R"({"egress_test_external_subnets": "10.0.0.0/8"})"), {}));
+  EXPECT_FALSE(
+      core::DaemonConfig::fromJson(nlohmann::json::parse(R"({"egress_test_external_subnets": "10.0.0.0/8"})"), {}));
 
   core::EgressSettings s;
   s.state_dir = "/var/lib/space";

@@ -48,8 +48,10 @@ TEST(OpenApi, EveryOperationHasAnIdAndTags) {
   bool in_paths = false;
   std::string path;
   while (std::getline(in, line)) {
-    if (line.rfind("paths:", 0) == 0) in_paths = true;
-    else if (in_paths && !line.empty() && line[0] != ' ' && line[0] != '#') break;
+    if (line.rfind("paths:", 0) == 0)
+      in_paths = true;
+    else if (in_paths && !line.empty() && line[0] != ' ' && line[0] != '#')
+      break;
     if (!in_paths) continue;
     if (line.rfind("  /", 0) == 0 && line.back() == ':') path = line.substr(2, line.size() - 3);
     for (const char* m : {"get", "put", "post", "delete"})

@@ -119,7 +119,9 @@ TEST(Parse, ListFilters) {
 
 TEST(Config, RoundTripAndStrictness) {
   core::DaemonConfig base;
-  auto c = core::DaemonConfig::fromJson(nlohmann::json::parse(R"({"socket":"/tmp/s.sock","pool_size":2,"default_limits":{"cpus":0.5,"memory_mib":256}})"), base);
+  auto c = core::DaemonConfig::fromJson(
+      nlohmann::json::parse(R"({"socket":"/tmp/s.sock","pool_size":2,"default_limits":{"cpus":0.5,"memory_mib":256}})"),
+      base);
   ASSERT_TRUE(c) << c.error().message;
   EXPECT_EQ(c->socket_path, "/tmp/s.sock");
   EXPECT_EQ(c->default_limits.cpu_millis, 500u);

@@ -1,8 +1,9 @@
 // CLI argument helpers: sizes, durations, pairs, exit codes, cp argument splitting; failure hints.
+#include "cli/context.h"
+
 #include <gtest/gtest.h>
 
 #include "cli/commands.h"
-#include "cli/context.h"
 
 namespace space::cli {
 namespace {
@@ -60,9 +61,7 @@ TEST(FailureHint, UnsupportedPointsAtSpaceNode) {
 }
 
 TEST(FailureHint, NotFoundHintNamesWhatIsMissing) {
-  auto hint = [](const char* resource) {
-    return failureHint(Error{ErrorKind::kNotFound, 0, "missing", resource});
-  };
+  auto hint = [](const char* resource) { return failureHint(Error{ErrorKind::kNotFound, 0, "missing", resource}); };
   EXPECT_NE(hint("sandbox").find("space ls"), std::string::npos);
   EXPECT_NE(hint("file").find("space files ls"), std::string::npos);
   EXPECT_NE(hint("snapshot").find("space history"), std::string::npos);
@@ -73,7 +72,8 @@ TEST(FailureHint, NotFoundHintNamesWhatIsMissing) {
 }
 
 TEST(FailureHint, MissingKekIsNotARuntimeLimit) {
-  EXPECT_EQ(failureHint(Error{ErrorKind::kUnsupported, 0, "snapshot export needs the customer's key: set snapshot_kek"}), "");
+  EXPECT_EQ(
+      failureHint(Error{ErrorKind::kUnsupported, 0, "snapshot export needs the customer's key: set snapshot_kek"}), "");
 }
 
 TEST(FailureHint, UnavailableTierPointsAtSpaceNode) {

@@ -39,8 +39,8 @@ TEST(NetRuleText, Names) {
 }
 
 TEST(NetRuleText, BadPortsAndBracketsAreNamed) {
-  for (const char* bad : {"10.0.0.0/24:", "10.0.0.0/24:0", "a.test:70000", "a.test:80,", "[2001:db8::1", "[::1]x",
-                          ":80", ""}) {
+  for (const char* bad :
+       {"10.0.0.0/24:", "10.0.0.0/24:0", "a.test:70000", "a.test:80,", "[2001:db8::1", "[::1]x", ":80", ""}) {
     auto r = ruleFromText("allow", bad);
     EXPECT_FALSE(r) << bad;
     if (!r && *bad) EXPECT_NE(r.error().message.find(bad), std::string::npos) << r.error().message;

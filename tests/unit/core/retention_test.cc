@@ -68,14 +68,15 @@ TEST(Retention, NewestIsAlwaysKeptAndNothingIsDueWithoutACadence) {
 
 TEST(Retention, PolicyParsingRejectsNonsense) {
   EXPECT_TRUE(HistoryPolicy::parse({{"every_s", 600}}));
-  auto custom = HistoryPolicy::parse({{"every_s", 60}, {"keep", {{{"within_s", 600}}, {{"within_s", 7200}, {"every_s", 600}}}}});
+  auto custom =
+      HistoryPolicy::parse({{"every_s", 60}, {"keep", {{{"within_s", 600}}, {{"within_s", 7200}, {"every_s", 600}}}}});
   ASSERT_TRUE(custom) << custom.error().message;
   EXPECT_EQ(custom->keep.size(), 2u);
-  for (const char* bad : {R"({"every_s": 10})", R"({"every_s": "600"})", R"({})", R"({"every_s": 600, "x": 1})",
-                          R"({"every_s": 600, "keep": []})",
-                          R"({"every_s": 600, "keep": [{"within_s": 7200}, {"within_s": 3600}]})",
-                          R"({"every_s": 600, "keep": [{"within_s": 60, "every_s": 120}]})",
-                          R"({"every_s": 600, "keep": [{"within_s": -1}]})", R"([600])"}) {
+  for (const char* bad :
+       {R"({"every_s": 10})", R"({"every_s": "600"})", R"({})", R"({"every_s": 600, "x": 1})",
+        R"({"every_s": 600, "keep": []})", R"({"every_s": 600, "keep": [{"within_s": 7200}, {"within_s": 3600}]})",
+        R"({"every_s": 600, "keep": [{"within_s": 60, "every_s": 120}]})",
+        R"({"every_s": 600, "keep": [{"within_s": -1}]})", R"([600])"}) {
     EXPECT_FALSE(HistoryPolicy::parse(nlohmann::json::parse(bad))) << bad;
   }
 }
@@ -86,7 +87,7 @@ TEST(Retention, AfterExecNeedsNoCadenceAndRoundTrips) {
   EXPECT_TRUE(only->after_exec);
   EXPECT_EQ(only->every_s, 0);
   EXPECT_FALSE(snapshotDue(*only, 0, kDay));  // no time cadence: only execs take snapshots
-  EXPECT_EQ(only->keep.size(), 3u);            // thinned like the periodic ones
+  EXPECT_EQ(only->keep.size(), 3u);           // thinned like the periodic ones
   auto both = HistoryPolicy::parse({{"every_s", 600}, {"after_exec", true}});
   ASSERT_TRUE(both);
   auto again = HistoryPolicy::parse(both->toJson());

@@ -38,8 +38,9 @@ TEST_F(EgressGateway, PlaceholderInTheBodyBlocksTheWholeRequest) {  // E13
   auto& tls = *t.tls;
   // The placeholder arrives in the body's second write, after bytes that are clean on their own.
   std::string body = "token=" + kPlaceholder;
-  std::string req = "POST /body-blocked HTTP/1.1\r\nHost: allowed.test\r\nContent-Length: " +
-                    std::to_string(body.size()) + "\r\n\r\n" + body.substr(0, 6);
+  std::string req =
+      "POST /body-blocked HTTP/1.1\r\nHost: allowed.test\r\nContent-Length: " + std::to_string(body.size()) +
+      "\r\n\r\n" + body.substr(0, 6);
   asio::write(tls, asio::buffer(req));
   std::this_thread::sleep_for(std::chrono::milliseconds(50));  // two reads on the gateway's side
   asio::write(tls, asio::buffer(body.substr(6)));

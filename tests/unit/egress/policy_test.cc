@@ -267,7 +267,8 @@ TEST(EgressPolicy, WarnsAboutAllowRulesForSharedCdns) {  // E9's stated limit
   w = policyWarnings(p);
   ASSERT_EQ(w.size(), 2u) << nlohmann::json(w).dump();
   EXPECT_NE(w[0].find("azureedge.net"), std::string::npos);
-  EXPECT_TRUE(policyWarnings(policy(R"({"mode":"allow-list","rules":[{"action":"allow","domain":"a.test"}]})")).empty());
+  EXPECT_TRUE(
+      policyWarnings(policy(R"({"mode":"allow-list","rules":[{"action":"allow","domain":"a.test"}]})")).empty());
 }
 
 TEST(EgressPolicy, ADeniedPortSaysPortNotReservedRange) {

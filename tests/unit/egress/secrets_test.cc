@@ -1,9 +1,9 @@
 // Placeholder handling (E13) and response redaction across boundaries (E17).
 #include "egress/secrets.h"
 
-#include "egress/redaction.h"
-
 #include <gtest/gtest.h>
+
+#include "egress/redaction.h"
 
 using namespace space::egress;
 
@@ -177,7 +177,7 @@ std::string unb64(const std::string& s) {
   uint32_t acc = 0;
   int bits = 0;
   for (char c : s) {
-    int v = c >= 'A' && c <= 'Z' ? c - 'A'
+    int v = c >= 'A' && c <= 'Z'   ? c - 'A'
             : c >= 'a' && c <= 'z' ? c - 'a' + 26
             : c >= '0' && c <= '9' ? c - '0' + 52
             : c == '+' || c == '-' ? 62
@@ -279,8 +279,8 @@ TEST(EgressRedaction, EveryFormIsFoundAcrossEveryFeedBoundary) {
   for (size_t a = 0; a <= body.size(); a += 5)
     for (size_t b = a; b <= body.size(); b += 11) ASSERT_EQ(redactSplit(s, body, a, b), whole) << a << "," << b;
   // Characters 32.. of the blob encode the value's bytes 2.. ("Authorization: Bearer " is 22 bytes).
-  for (const std::string& leaked : {b64(blob).substr(32, 16), hex(kReservedValue, false),
-                                    percentReserved(kReservedValue, true), kReservedValue})
+  for (const std::string& leaked :
+       {b64(blob).substr(32, 16), hex(kReservedValue, false), percentReserved(kReservedValue, true), kReservedValue})
     EXPECT_EQ(whole.find(leaked), std::string::npos) << leaked;
 }
 
@@ -322,10 +322,10 @@ TEST(EgressSecrets, RestrictionLimitsInjectionToMethodsAndPathPrefixes) {
     ASSERT_TRUE(r) << inside << ": " << r.error().message;
     EXPECT_EQ(h.find("Authorization")->value, "Bearer " + kValue) << inside;
   }
-  for (const char* outside : {"DELETE /v1/models", "get /v1/models", "GET /admin", "GET /v1", "GET /v2/v1/",
-                              "GET /v1/../admin", "GET /v1/%2e%2e/admin", "GET /v1/%2E%2e/admin", "GET /v1/..;/admin",
-                              "GET /v1/.%2e/admin", "GET /v1%2f../admin", "GET /v1/\\../admin", "GET /v1/./x",
-                              "OPTIONS *"}) {
+  for (const char* outside :
+       {"DELETE /v1/models", "get /v1/models", "GET /admin", "GET /v1", "GET /v2/v1/", "GET /v1/../admin",
+        "GET /v1/%2e%2e/admin", "GET /v1/%2E%2e/admin", "GET /v1/..;/admin", "GET /v1/.%2e/admin", "GET /v1%2f../admin",
+        "GET /v1/\\../admin", "GET /v1/./x", "OPTIONS *"}) {
     auto h = request(outside);
     auto r = applySecrets(h, host, s);
     ASSERT_FALSE(r) << outside;

@@ -88,7 +88,8 @@ void udpSend(int ns, uint32_t addr, uint16_t port, uint32_t from = 0) {
     UniqueFd s(socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0));
     if (from) {
       auto src = v4(from, 0);
-      if (bind(s.get(), reinterpret_cast<sockaddr*>(&src), sizeof src) != 0) ADD_FAILURE() << "bind: " << strerror(errno);
+      if (bind(s.get(), reinterpret_cast<sockaddr*>(&src), sizeof src) != 0)
+        ADD_FAILURE() << "bind: " << strerror(errno);
     }
     auto a = v4(addr, port);
     sendto(s.get(), "q", 1, 0, reinterpret_cast<sockaddr*>(&a), sizeof a);

@@ -272,8 +272,10 @@ TEST_F(StoreTest, ApiKeysCreateVerifyRevoke) {
   ASSERT_EQ(keys->size(), 3u);
   // Keys made within one millisecond have no defined order: look them up by id.
   for (const auto& k : *keys) {
-    if (k.id == again->first.id) EXPECT_EQ(k.revoked_ms, 0) << k.id;
-    else EXPECT_GT(k.revoked_ms, 0) << k.id;
+    if (k.id == again->first.id)
+      EXPECT_EQ(k.revoked_ms, 0) << k.id;
+    else
+      EXPECT_GT(k.revoked_ms, 0) << k.id;
   }
 }
 
@@ -298,7 +300,7 @@ TEST_F(StoreTest, PurgeDeletesOnlyKeysRevokedBeforeTheCutoff) {
   ASSERT_TRUE(store_->revokeApiKey("recent"));
   auto left = store_->listApiKeys();
   ASSERT_TRUE(left);
-  ASSERT_EQ(left->size(), 2u);  // recent (revoked after the cutoff) and active
+  ASSERT_EQ(left->size(), 2u);                          // recent (revoked after the cutoff) and active
   EXPECT_FALSE(store_->verifyApiKey(old_key->second));  // purged: unknown, still refused
   EXPECT_TRUE(store_->verifyApiKey(active->second));
   auto all = store_->purgeRevokedApiKeys(INT64_MAX);

@@ -9,8 +9,8 @@
 #include <filesystem>
 #include <fstream>
 
-#include "sys/host_command.h"
 #include "store/tree_hash.h"
+#include "sys/host_command.h"
 
 namespace space::store {
 namespace {
@@ -35,8 +35,8 @@ class TemplatesTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
     busybox_dir_ = new std::string(makeTempDir("busybox") + "/rootfs");
-    auto r =
-        sys::runCommand({"bash", std::string(SPACE_SOURCE_DIR) + "/scripts/make-busybox-rootfs", *busybox_dir_}, nullptr);
+    auto r = sys::runCommand({"bash", std::string(SPACE_SOURCE_DIR) + "/scripts/make-busybox-rootfs", *busybox_dir_},
+                             nullptr);
     ASSERT_TRUE(r) << r.error().message;
   }
   static void TearDownTestSuite() {
@@ -449,7 +449,7 @@ TEST_F(TreeHashTest, CountsHardLinkedBytesOnce) {
 TEST(HostCommandTest, StreamsLinesAndReportsExitStatus) {
   std::vector<std::string> lines;
   auto r = sys::runCommand({"sh", "-c", "echo one; echo two >&2; printf three; exit 3"},
-                      [&](const std::string& l) { lines.push_back(l); });
+                           [&](const std::string& l) { lines.push_back(l); });
   ASSERT_FALSE(r);
   EXPECT_EQ(lines, (std::vector<std::string>{"one", "two", "three"}));
   EXPECT_NE(r.error().message.find("exit status 3"), std::string::npos) << r.error().message;

@@ -148,14 +148,15 @@ Status giveOwnBootId(const JailInitConfig& config) {
   if (getrandom(b, sizeof b, 0) != static_cast<ssize_t>(sizeof b)) return sysError(errno, "getrandom");
   b[6] = (b[6] & 0x0f) | 0x40;  // a version 4 UUID, like the kernel's
   b[8] = (b[8] & 0x3f) | 0x80;
-  std::string id = fmt::format("{:02x}{:02x}{:02x}{:02x}-{:02x}{:02x}-{:02x}{:02x}-{:02x}{:02x}-{:02x}{:02x}{:02x}{:02x}{:02x}{:02x}\n",
-                               b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7], b[8], b[9], b[10], b[11], b[12], b[13],
-                               b[14], b[15]);
+  std::string id = fmt::format(
+      "{:02x}{:02x}{:02x}{:02x}-{:02x}{:02x}-{:02x}{:02x}-{:02x}{:02x}-{:02x}{:02x}{:02x}{:02x}{:02x}{:02x}\n", b[0],
+      b[1], b[2], b[3], b[4], b[5], b[6], b[7], b[8], b[9], b[10], b[11], b[12], b[13], b[14], b[15]);
   std::string source = config.rootfs + "/dev/.boot_id";
   {
     UniqueFd fd(open(source.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0444));
     if (!fd) return sysError(errno, "create {}", source);
-    if (write(fd.get(), id.data(), id.size()) != static_cast<ssize_t>(id.size())) return sysError(errno, "write {}", source);
+    if (write(fd.get(), id.data(), id.size()) != static_cast<ssize_t>(id.size()))
+      return sysError(errno, "write {}", source);
   }
   TRY(doMount(source, target, nullptr, MS_BIND));
   TRY(doMount("", target, nullptr, MS_BIND | MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC));

@@ -184,7 +184,7 @@ Result<agent::ServeOptions> vmInit(int argc, char** argv) {
   options.base_env["HOME"] = "/root";
   options.base_env["TERM"] = "xterm";
   options.is_pid1 = getpid() == 1;
-  options.publish_generation = true;  // on the /run tmpfs, which is guest memory like the processes
+  options.publish_generation = true;     // on the /run tmpfs, which is guest memory like the processes
   options.vmstat_path = "/proc/vmstat";  // the guest's own kernel: its OOM kills are this sandbox's
   return options;
 }

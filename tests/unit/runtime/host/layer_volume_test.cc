@@ -54,7 +54,8 @@ TEST(LayerVolume, MadeOnceClonesShareBlocksAndUnmounts) {
     UniqueFd fd(open(a.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600));
     ASSERT_TRUE(fd);
     std::vector<char> block(1 << 20, 'x');
-    for (int i = 0; i < 8; ++i) ASSERT_EQ(write(fd.get(), block.data(), block.size()), static_cast<ssize_t>(block.size()));
+    for (int i = 0; i < 8; ++i)
+      ASSERT_EQ(write(fd.get(), block.data(), block.size()), static_cast<ssize_t>(block.size()));
   }
   ASSERT_TRUE(cloneFile(a, b, 0400));
   EXPECT_EQ(fs::file_size(b), 8u << 20);

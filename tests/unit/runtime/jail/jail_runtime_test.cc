@@ -3,8 +3,8 @@
 // busybox for the template.
 #include "runtime/jail/jail_runtime.h"
 
-#include <gtest/gtest.h>
 #include <fmt/format.h>
+#include <gtest/gtest.h>
 #include <unistd.h>
 
 #include <chrono>

@@ -24,7 +24,9 @@ struct PrivateMapping {
     file.reset(memfd_create("space-test-ram", MFD_CLOEXEC));
     EXPECT_EQ(ftruncate(file.get(), static_cast<off_t>(len)), 0);
     std::string page(kPageBytes, 'T');
-    for (uint64_t i = 0; i < kPages; i += 2) EXPECT_EQ(pwrite(file.get(), page.data(), page.size(), static_cast<off_t>(i * kPageBytes)), static_cast<ssize_t>(page.size()));
+    for (uint64_t i = 0; i < kPages; i += 2)
+      EXPECT_EQ(pwrite(file.get(), page.data(), page.size(), static_cast<off_t>(i * kPageBytes)),
+                static_cast<ssize_t>(page.size()));
     base = static_cast<char*>(mmap(nullptr, len, PROT_READ | PROT_WRITE, MAP_PRIVATE, file.get(), 0));
     EXPECT_NE(base, MAP_FAILED);
   }

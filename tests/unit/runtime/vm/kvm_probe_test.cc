@@ -60,8 +60,10 @@ TEST(KvmProbeCache, KeepsOnlyProbeOutcomesAndMarksThemCached) {
   TempDir d;
   KvmProbeCache cache((d.path / "cache").string());
   EXPECT_FALSE(cache.read("k1"));
-  KvmVerdict failed{.state = KvmState::kFailed, .reason = "guest did not answer in 20 s under KVM",
-                    .checked_at = "2026-12-01T08:00:00Z", .probe_ms = 20010};
+  KvmVerdict failed{.state = KvmState::kFailed,
+                    .reason = "guest did not answer in 20 s under KVM",
+                    .checked_at = "2026-12-01T08:00:00Z",
+                    .probe_ms = 20010};
   ASSERT_TRUE(cache.write("k1", failed));
   auto back = cache.read("k1");
   ASSERT_TRUE(back);
@@ -198,7 +200,8 @@ TEST_F(ConfinedVmm, OpensItsOwnKvmNodeReadWrite) {
     }
     if (flags < 0) std::this_thread::sleep_for(std::chrono::milliseconds(25));
   }
-  struct stat node{}, host{};
+  struct stat node {
+  }, host{};
   int node_rc = stat((proc_dir + "/root/dev/kvm").c_str(), &node);
   std::string uid_line;
   {

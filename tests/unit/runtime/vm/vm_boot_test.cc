@@ -1,6 +1,7 @@
 // Boots a real microVM (TCG here, KVM where usable) from the artifacts of scripts/vm/build-guest and
 // checks, from the host, that commands run under the guest's own kernel.
 #include <gtest/gtest.h>
+#include <openssl/evp.h>
 #include <sys/utsname.h>
 #include <unistd.h>
 
@@ -10,8 +11,6 @@
 #include <filesystem>
 #include <fstream>
 #include <sstream>
-
-#include <openssl/evp.h>
 
 #include "runtime/vm/vm_runtime.h"
 
@@ -231,11 +230,14 @@ TEST_F(VmBootTest, RestoredVmsRunTheTemplatesDiskDivergeAndLeaveTheTemplateUncha
   EXPECT_NE(r0, r1);
   EXPECT_EQ(runToString(*vms[0].agent, {"hostname"}), "sb-restored-0\n");
   EXPECT_EQ(runToString(*vms[1].agent, {"hostname"}), "sb-restored-1\n");
-  EXPECT_NE(runToString(*vms[0].agent, {"cat", "/etc/machine-id"}), runToString(*vms[1].agent, {"cat", "/etc/machine-id"}));
+  EXPECT_NE(runToString(*vms[0].agent, {"cat", "/etc/machine-id"}),
+            runToString(*vms[1].agent, {"cat", "/etc/machine-id"}));
 
   // V3: one guest writes most of its memory and its disk; the template and the other VM see nothing.
-  EXPECT_EQ(runToString(*vms[0].agent, {"sh", "-c", "echo changed > /etc/marker && head -c 100000000 /dev/zero > /dev/shm/fill && echo ok"}),
-            "ok\n");
+  EXPECT_EQ(
+      runToString(*vms[0].agent,
+                  {"sh", "-c", "echo changed > /etc/marker && head -c 100000000 /dev/zero > /dev/shm/fill && echo ok"}),
+      "ok\n");
   EXPECT_EQ(runToString(*vms[1].agent, {"cat", "/etc/marker"}), "from-the-template\n");
   EXPECT_EQ(runToString(*vms[0].agent, {"cat", "/etc/marker"}), "changed\n");
   for (auto& vm : vms) ASSERT_TRUE(runtime_->destroy(vm.persisted));
