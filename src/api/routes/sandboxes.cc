@@ -53,6 +53,19 @@ Status checkLabels(const std::map<std::string, std::string>& labels) {
 
 }  // namespace
 
+// A whole number of seconds the API bounds by a year (a daemon's own limits, max_ttl_s, cap it further);
+// `meaning_of_zero` says what 0 asks for, in the error ("daemon default", "never").
+static Result<std::optional<int64_t>> yearBoundedSeconds(const JsonInput& in, const std::string& key,
+                                                         std::string_view meaning_of_zero, bool negative = false) {
+  constexpr int64_t kYear = 365ll * 24 * 3600;
+  ASSIGN_OR_RETURN(auto v, in.integer(key));
+  if (v && (*v < (negative ? -kYear : 0) || *v > kYear)) {
+    if (negative) return makeError(ErrorKind::kInvalidArgument, "{} must be from -{} to {}", key, kYear, kYear);
+    return makeError(ErrorKind::kInvalidArgument, "{} must be from 0 ({}) to {}", key, meaning_of_zero, kYear);
+  }
+  return v;
+}
+
 Result<core::CreateSandbox> parseCreateSandbox(std::string_view body, uint64_t host_memory_bytes) {
   ASSIGN_OR_RETURN(auto in, JsonInput::parse(body, {"template", "isolation", "cpus", "memory_mib", "pids", "disk_mib",
                                                     "env", "labels", "ttl_s", "cold_boot", "network", "secrets",
@@ -118,19 +131,10 @@ Result<core::CreateSandbox> parseCreateSandbox(std::string_view body, uint64_t h
       if (cmd.env.count(s)) return makeError(ErrorKind::kInvalidArgument, "secrets: '{}' is also set in env", s);
     cmd.secrets = *secrets;
   }
-  ASSIGN_OR_RETURN(auto ttl, in.integer("ttl_s"));
-  if (ttl) {
-    // The daemon's max_ttl_s caps it further; here only what can never make sense.
-    if (*ttl < 0 || *ttl > 365ll * 24 * 3600)
-      return makeError(ErrorKind::kInvalidArgument, "ttl_s must be from 0 (daemon default) to 31536000");
-    cmd.ttl_s = *ttl;
-  }
-  ASSIGN_OR_RETURN(auto idle, in.integer("idle_pause_s"));
-  if (idle) {
-    if (*idle < 0 || *idle > 365ll * 24 * 3600)
-      return makeError(ErrorKind::kInvalidArgument, "idle_pause_s must be from 0 (never) to 31536000");
-    cmd.idle_pause_s = *idle;
-  }
+  ASSIGN_OR_RETURN(auto ttl, yearBoundedSeconds(in, "ttl_s", "daemon default"));
+  if (ttl) cmd.ttl_s = *ttl;
+  ASSIGN_OR_RETURN(auto idle, yearBoundedSeconds(in, "idle_pause_s", "never"));
+  if (idle) cmd.idle_pause_s = *idle;
   if (in.has("history")) {
     ASSIGN_OR_RETURN(auto policy, core::HistoryPolicy::parse(in.raw()["history"]));
     cmd.history = policy.toJson();
@@ -231,14 +235,10 @@ void registerSandboxRoutes(Router& r) {
     ASSIGN_OR_RETURN(std::string body, ctx.jsonBody());
     ASSIGN_OR_RETURN(auto in, JsonInput::parse(body, {"ttl_s", "add_s"}));
     core::SetTtl cmd;
-    ASSIGN_OR_RETURN(cmd.ttl_s, in.integer("ttl_s"));
-    ASSIGN_OR_RETURN(cmd.add_s, in.integer("add_s"));
+    ASSIGN_OR_RETURN(cmd.ttl_s, yearBoundedSeconds(in, "ttl_s", "none"));
+    ASSIGN_OR_RETURN(cmd.add_s, yearBoundedSeconds(in, "add_s", "", /*negative=*/true));
     if (cmd.ttl_s.has_value() == cmd.add_s.has_value())
       return makeError(ErrorKind::kInvalidArgument, "give exactly one of ttl_s and add_s");
-    if (cmd.ttl_s && (*cmd.ttl_s < 0 || *cmd.ttl_s > 365ll * 24 * 3600))
-      return makeError(ErrorKind::kInvalidArgument, "ttl_s must be from 0 (none) to 31536000");
-    if (cmd.add_s && (*cmd.add_s < -365ll * 24 * 3600 || *cmd.add_s > 365ll * 24 * 3600))
-      return makeError(ErrorKind::kInvalidArgument, "add_s must be from -31536000 to 31536000");
     ASSIGN_OR_RETURN(auto view, ctx.manager.setTtl(ctx.param("id"), cmd));
     return sendJson(ctx.resp, 200, view.toJson());
   });
@@ -391,10 +391,7 @@ Result<core::ForkSandbox> parseForkBody(std::string_view body) {
   }
   ASSIGN_OR_RETURN(auto snap, in.string("snapshot", 64));
   if (snap) cmd.snapshot = *snap;
-  ASSIGN_OR_RETURN(auto ttl, in.integer("ttl_s"));
-  if (ttl && (*ttl < 0 || *ttl > 365ll * 24 * 3600))
-    return makeError(ErrorKind::kInvalidArgument, "ttl_s must be from 0 (the node's default) to 31536000");
-  cmd.ttl_s = ttl;
+  ASSIGN_OR_RETURN(cmd.ttl_s, yearBoundedSeconds(in, "ttl_s", "the node's default"));
   return cmd;
 }
 
